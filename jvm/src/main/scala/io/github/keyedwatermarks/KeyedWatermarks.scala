@@ -1,0 +1,139 @@
+package io.github.keyedwatermarks
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.sql.{Column, DataFrame, Encoders, functions => F}
+import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
+import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
+
+import io.github.keyedwatermarks.compat.{CatalystAggregation, SparkInternals}
+import io.github.keyedwatermarks.emission.WindowEmitter
+import io.github.keyedwatermarks.input.{InputPlan, ProjectedInput}
+import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
+import io.github.keyedwatermarks.window.TumblingWindows
+
+/**
+ * Entry point for Scala and (through py4j-friendly overloads) Python.
+ *
+ * {{{
+ * import io.github.keyedwatermarks.KeyedWatermarks
+ * val perDevice = KeyedWatermarks(events, Seq("device"), "ts", "5 seconds")
+ *   .window("10 seconds")
+ *   .agg(count("*").as("n"), avg("temp").as("avg_temp"))
+ * }}}
+ */
+object KeyedWatermarks {
+  val Version: String = "0.1.0"
+  val OutputMetrics = "keyed_watermarks_output"
+
+  def apply(
+      events: DataFrame,
+      keys: Seq[String],
+      eventTime: String,
+      lateness: String,
+      idleTimeout: Option[String] = None): KeyedWatermark = {
+    val input = InputPlan.validate(events, keys, eventTime)
+    val latenessMicros = SparkInternals.durationMicros("lateness", lateness)
+    if (latenessMicros < 0) throw new IllegalArgumentException(s"lateness: must not be negative, got '$lateness'")
+    val idleMillis = idleTimeout.map { t =>
+      val micros = SparkInternals.durationMicros("idle_timeout", t)
+      if (micros <= 0) throw new IllegalArgumentException(s"idle_timeout: must be positive, got '$t'")
+      math.max(1L, micros / 1000L)
+    }
+    new KeyedWatermark(input, latenessMicros, idleMillis)
+  }
+
+  // ---- py4j-friendly signatures (strings, java.util.List, null for "not set") ----
+
+  def keyedWatermark(
+      events: DataFrame,
+      keys: java.util.List[String],
+      eventTime: String,
+      lateness: String,
+      idleTimeout: String): KeyedWatermark =
+    apply(events, keys.asScala.toSeq, eventTime, lateness, Option(idleTimeout))
+
+  def agg(window: KeyedWindow, aggs: java.util.List[Column], withReport: Boolean): DataFrame =
+    if (withReport) window.aggWithReport(aggs.asScala.toSeq: _*) else window.agg(aggs.asScala.toSeq: _*)
+
+  /** Parses a Spark duration string to microseconds (validation helper for Python). */
+  def durationMicros(option: String, text: String): Long = SparkInternals.durationMicros(option, text)
+}
+
+/** Per-key watermark settings over a stream; choose the windows next. */
+final class KeyedWatermark private[keyedwatermarks] (
+    private[keyedwatermarks] val input: InputPlan,
+    val latenessMicros: Long,
+    val idleTimeoutMillis: Option[Long]) {
+
+  /** Tumbling windows of the given size (a Spark duration string, e.g. "10 seconds"). */
+  def window(windowDuration: String): KeyedWindow = {
+    val size = SparkInternals.durationMicros("window", windowDuration)
+    if (size <= 0) throw new IllegalArgumentException(s"window: size must be positive, got '$windowDuration'")
+    new KeyedWindow(this, windowDuration, TumblingWindows(size))
+  }
+}
+
+/** Windows per key; `agg` builds the streaming result. */
+final class KeyedWindow private[keyedwatermarks] (
+    watermark: KeyedWatermark,
+    windowDuration: String,
+    assigner: TumblingWindows) {
+
+  /**
+   * Append-mode result with exactly the columns of
+   * `events.groupBy(keys, window(eventTime, size)).agg(aggs)`: one row per (key, window),
+   * emitted in the micro-batch in which the key's watermark passes the window's end.
+   */
+  def agg(aggs: Column*): DataFrame = {
+    val all = aggWithReport(aggs: _*)
+    all.where(all.col(WindowEmitter.KindColumn) === "window").drop(WindowEmitter.ReportColumns: _*)
+  }
+
+  /**
+   * The result rows plus report rows: adds `kw_kind` ("window" or "late"), `kw_late_rows` and
+   * `kw_watermark` (the key's watermark at the start of the batch). A "late" row per key and
+   * batch counts the key's late rows, which were left out of the aggregates.
+   */
+  def aggWithReport(aggs: Column*): DataFrame = {
+    if (aggs.isEmpty) throw new IllegalArgumentException("agg: at least one aggregate column is required")
+    val input = watermark.input
+    // Spark resolves and type-checks the aggregates exactly as for a batch groupBy; a
+    // non-aggregate expression fails here with Spark's own AnalysisException.
+    val reference = input.events
+      .groupBy(input.keyColumns :+ F.window(input.eventTimeColumn, windowDuration): _*)
+      .agg(aggs.head, aggs.tail: _*)
+    val analyzed = SparkInternals.analyzedPlan(reference)
+    val eventColumns = SparkInternals.output(input.events)
+    val referenced = analyzed.flatMap(_.expressions).flatMap(_.collect { case ae: AggregateExpression => ae })
+      .flatMap(_.references).map(_.exprId).toSet
+    val aggregateInputs = eventColumns.filter(a => referenced.contains(a.exprId)).map(_.name)
+    val projected = ProjectedInput(input, aggregateInputs)
+    val aggregation = CatalystAggregation.fromAnalyzedAggregate(analyzed, SparkInternals.output(projected.frame))
+    val resultSchema = reference.schema
+    val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray)
+    val plan = OperatorPlan(
+      keySchema = projected.keySchema,
+      inputSchema = projected.frame.schema,
+      eventTimeOrdinal = projected.eventTimeOrdinal,
+      windows = assigner,
+      latenessMicros = watermark.latenessMicros,
+      idleTimeoutMillis = watermark.idleTimeoutMillis,
+      aggregation = aggregation,
+      emitter = emitter)
+    // Keyed logic never uses Spark's event-time mode (it would drop rows behind the *global*
+    // watermark). ProcessingTime mode makes Spark run a no-data batch after every batch (it
+    // cannot know when a timer is due), so it is used only when idle_timeout needs timers.
+    val timeMode = if (watermark.idleTimeoutMillis.isDefined) TimeMode.ProcessingTime() else TimeMode.None()
+    val keyNames = input.keys.indices.map(ProjectedInput.keyColumnName)
+    val out = projected.frame
+      .groupBy(keyNames.map(F.col): _*)
+      .as(Encoders.row(projected.keySchema), Encoders.row(projected.frame.schema))
+      .transformWithState(new KeyedWindowProcessor(plan), timeMode, OutputMode.Append())(
+        Encoders.row(emitter.outputSchema))
+      .toDF()
+    out.observe(KeyedWatermarks.OutputMetrics,
+      F.count(F.when(out.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"),
+      F.coalesce(F.sum(out.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"))
+  }
+}

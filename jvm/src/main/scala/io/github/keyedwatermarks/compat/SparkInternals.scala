@@ -1,0 +1,60 @@
+package io.github.keyedwatermarks.compat
+
+import java.util.concurrent.TimeUnit
+
+import org.apache.spark.sql.{DataFrame, Row}
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.encoders.ExpressionEncoder
+import org.apache.spark.sql.catalyst.expressions.Attribute
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.util.IntervalUtils
+import org.apache.spark.sql.classic
+import org.apache.spark.sql.types.StructType
+import org.apache.spark.unsafe.types.UTF8String
+
+/**
+ * The one place (with [[CatalystAggregation]]) that touches Spark's internal, unstable APIs.
+ * Everything else in keyed-watermarks uses Spark's public API plus these helpers, so a Spark
+ * upgrade that moves internals only needs changes here.
+ */
+private[keyedwatermarks] object SparkInternals {
+
+  /** The resolved logical plan of a classic (non-Connect) DataFrame. */
+  def analyzedPlan(df: DataFrame): LogicalPlan = df match {
+    case ds: classic.Dataset[_] => ds.queryExecution.analyzed
+    case other => throw new IllegalArgumentException(
+      s"keyed-watermarks needs a classic Spark session (not Spark Connect); got ${other.getClass.getName}")
+  }
+
+  def output(df: DataFrame): Seq[Attribute] = analyzedPlan(df).output
+
+  /**
+   * Parses a Spark duration string ("10 seconds", "1 minute 30 seconds", "500 milliseconds")
+   * with Spark's own interval parser, as `F.window` does. Month-based units are rejected
+   * because their length in microseconds is not fixed.
+   */
+  def durationMicros(option: String, text: String): Long = {
+    if (text == null || text.trim.isEmpty) {
+      throw new IllegalArgumentException(s"$option: a duration is required, e.g. '10 seconds'")
+    }
+    val interval = try IntervalUtils.stringToInterval(UTF8String.fromString(text)) catch {
+      case e: Exception => throw new IllegalArgumentException(
+        s"$option: '$text' is not a valid duration (use e.g. '10 seconds', '1 minute'): ${e.getMessage}")
+    }
+    if (interval.months != 0) {
+      throw new IllegalArgumentException(
+        s"$option: '$text' uses months or years, which have no fixed length; use days or smaller units")
+    }
+    IntervalUtils.getDuration(interval, TimeUnit.MICROSECONDS, 31)
+  }
+
+  /** Row <-> InternalRow converters, created lazily on executors (they hold generated code). */
+  final class RowConverter(schema: StructType) extends Serializable {
+    @transient private lazy val encoder = ExpressionEncoder(schema).resolveAndBind()
+    @transient private lazy val ser = encoder.createSerializer()
+    @transient private lazy val de = encoder.createDeserializer()
+    /** The returned row is reused by the next call: consume or copy it. */
+    def toInternal(row: Row): InternalRow = ser(row)
+    def toExternal(row: InternalRow): Row = de(row)
+  }
+}

@@ -1,0 +1,68 @@
+package io.github.keyedwatermarks.input
+
+import org.apache.spark.sql.{Column, DataFrame, functions => F}
+import org.apache.spark.sql.types.{StructType, TimestampType}
+
+import io.github.keyedwatermarks.compat.SparkInternals
+
+/**
+ * Validates the user's input and prepares the rows the operator consumes: the key columns,
+ * the event time in microseconds, and only the columns the aggregates read. Rows with a null
+ * key or null event time are counted (observed metrics) and filtered out here, never
+ * aggregated.
+ */
+final case class InputPlan(
+    events: DataFrame,
+    keys: Seq[String],
+    eventTime: String,
+    keyColumns: Seq[Column],
+    eventTimeColumn: Column)
+
+object InputPlan {
+  /** Name of the internal event-time column (microseconds since the epoch). */
+  val EventTimeMicros = "__kw_event_time_us"
+  val InputMetrics = "keyed_watermarks_input"
+
+  def validate(events: DataFrame, keys: Seq[String], eventTime: String): InputPlan = {
+    if (events == null) throw new IllegalArgumentException("events: a streaming DataFrame is required")
+    if (keys == null || keys.isEmpty) throw new IllegalArgumentException("key: at least one key column is required")
+    keys.foreach(k => if (k == null || k.isEmpty) throw new IllegalArgumentException("key: empty column name"))
+    if (keys.distinct.size != keys.size) throw new IllegalArgumentException(s"key: duplicate columns in ${keys.mkString(", ")}")
+    if (eventTime == null || eventTime.isEmpty) throw new IllegalArgumentException("event_time: a column name is required")
+    // events.col resolves each name now, so an unknown column fails here with Spark's own
+    // AnalysisException (UNRESOLVED_COLUMN), before any query starts.
+    val keyColumns = keys.map(events.col)
+    val eventTimeColumn = events.col(eventTime)
+    val eventTimeType = events.select(eventTimeColumn).schema.head.dataType
+    if (eventTimeType != TimestampType) throw new IllegalArgumentException(
+      s"event_time: column '$eventTime' must be of type TIMESTAMP, but it is ${eventTimeType.sql}")
+    if (keys.contains(eventTime)) throw new IllegalArgumentException(
+      s"event_time: column '$eventTime' is also a key column")
+    InputPlan(events, keys, eventTime, keyColumns, eventTimeColumn)
+  }
+}
+
+/** The projected input: key columns, event time (micros), and the aggregates' input columns. */
+final case class ProjectedInput(frame: DataFrame, keySchema: StructType, eventTimeOrdinal: Int)
+
+object ProjectedInput {
+  /** Key columns are renamed to Avro-safe names: they become the state store's key schema. */
+  def keyColumnName(i: Int): String = s"kw_key_$i"
+
+  def apply(plan: InputPlan, aggregateInputs: Seq[String]): ProjectedInput = {
+    val keyColumns = plan.keyColumns.zipWithIndex.map { case (c, i) => c.as(keyColumnName(i)) }
+    val columns = keyColumns ++ Seq(F.unix_micros(plan.eventTimeColumn).as(InputPlan.EventTimeMicros)) ++
+      aggregateInputs.distinct.map(plan.events.col)
+    val anyKeyNull = plan.keyColumns.map(_.isNull).reduce(_ || _)
+    val eventTimeNull = plan.eventTimeColumn.isNull
+    val projected = plan.events
+      .observe(InputPlan.InputMetrics,
+        F.count(F.lit(1)).as("input_rows"),
+        F.count(F.when(anyKeyNull, 1)).as("null_key_rows"),
+        F.count(F.when(!anyKeyNull && eventTimeNull, 1)).as("null_event_time_rows"))
+      .where(!anyKeyNull && !eventTimeNull)
+      .select(columns: _*)
+    val keySchema = StructType(projected.schema.take(plan.keys.size))
+    ProjectedInput(projected, keySchema, plan.keys.size)
+  }
+}

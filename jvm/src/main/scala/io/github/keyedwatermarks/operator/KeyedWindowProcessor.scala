@@ -1,0 +1,133 @@
+package io.github.keyedwatermarks.operator
+
+import scala.collection.mutable
+
+import org.apache.spark.sql.Row
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.JoinedRow
+import org.apache.spark.sql.streaming.{ExpiredTimerInfo, OutputMode, StatefulProcessor, TimeMode, TimerValues}
+import org.apache.spark.sql.types.StructType
+
+import io.github.keyedwatermarks.compat.CatalystAggregation
+import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
+import io.github.keyedwatermarks.emission.WindowEmitter
+import io.github.keyedwatermarks.state.KeyState
+import io.github.keyedwatermarks.watermark.{KeyWatermark, LateRowPolicy}
+import io.github.keyedwatermarks.window.WindowAssigner
+
+/** Everything the operator needs, fixed when the query is defined (serialized to executors). */
+final case class OperatorPlan(
+    keySchema: StructType,
+    inputSchema: StructType,
+    eventTimeOrdinal: Int,
+    windows: WindowAssigner,
+    latenessMicros: Long,
+    idleTimeoutMillis: Option[Long],
+    aggregation: CatalystAggregation,
+    emitter: WindowEmitter)
+
+/**
+ * The keyed-watermark windowed aggregation, run by `transformWithState` in ProcessingTime mode
+ * (EventTime mode would drop rows behind Spark's *global* watermark before we see them).
+ * Called once per key and micro-batch with all of the key's rows of that batch:
+ *  1. lateness is decided against the key's watermark as it stood at the start of the batch,
+ *     per (key, window);
+ *  2. on-time rows are folded into one live buffer per window touched by the batch;
+ *  3. the watermark advances with the batch's rows, then each window it passed is emitted once
+ *     and evicted; the others are merged into the state store.
+ */
+final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[Row, Row, Row] {
+
+  @transient private var state: KeyState = _
+  @transient private lazy val keys = new RowConverter(plan.keySchema)
+  @transient private lazy val inputs = new RowConverter(plan.inputSchema)
+  @transient private lazy val buffers = new RowConverter(plan.aggregation.bufferSchema)
+  private def agg = plan.aggregation
+
+  override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
+    state = new KeyState(getHandle, agg.bufferSchema)
+  }
+
+  override def handleInputRows(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] = {
+    val (storedMax, lateSoFar) = state.loadWatermark()
+    val watermark = new KeyWatermark(plan.latenessMicros, storedMax)
+    val watermarkAtStart = watermark.current
+
+    // Window start -> live buffer of the window, loaded from state on its first row in this
+    // batch, so the state store is read at most once per (key, window) and batch.
+    val touched = mutable.LongMap.empty[InternalRow]
+    val stored = mutable.LongMap.empty[Boolean]
+    def open(start: Long): InternalRow = {
+      val previous = state.openWindows.getValue(start)
+      stored(start) = previous != null
+      if (previous == null) agg.newBuffer() else agg.fromStored(buffers.toInternal(previous))
+    }
+    var late = 0L
+    while (rows.hasNext) {
+      val row = rows.next()
+      val eventTime = row.getLong(plan.eventTimeOrdinal)
+      watermark.observe(eventTime)
+      val start = plan.windows.windowStart(eventTime)
+      if (LateRowPolicy.isClosed(plan.windows.windowEnd(start), watermarkAtStart)) {
+        late += 1
+      } else {
+        val input = inputs.toInternal(row)
+        agg.update(touched.getOrElseUpdate(start, open(start)),
+          if (agg.retainsInputReferences) input.copy() else input)
+      }
+    }
+
+    val watermarkNow = watermark.current
+    val keyValues = keys.toInternal(key).copy()
+    val emitted = mutable.ArrayBuffer.empty[(Long, Row)]
+    def emit(start: Long, buffer: InternalRow): Unit = emitted += start -> plan.emitter.window(
+      agg.result(windowGroup(keyValues, start), buffer), watermarkAtStart)
+
+    touched.foreachEntry { (start, buffer) =>
+      if (LateRowPolicy.isClosed(plan.windows.windowEnd(start), watermarkNow)) {
+        emit(start, buffer)
+        if (stored(start)) state.openWindows.removeKey(start)
+      } else {
+        state.openWindows.updateValue(start, buffers.toExternal(agg.toStored(buffer)))
+      }
+    }
+    // Windows buffered in earlier batches that this batch's watermark advance closes.
+    if (watermarkNow != watermarkAtStart) {
+      val closing = state.openWindows.keys().map(_.longValue()).filter { start =>
+        !touched.contains(start) && LateRowPolicy.isClosed(plan.windows.windowEnd(start), watermarkNow)
+      }.toList
+      closing.foreach { start =>
+        emit(start, agg.fromStored(buffers.toInternal(state.openWindows.getValue(start))))
+        state.openWindows.removeKey(start)
+      }
+    }
+
+    state.storeWatermark(watermark.maxEventTimeSeen, lateSoFar + late)
+    plan.idleTimeoutMillis.foreach { timeout =>
+      getHandle.listTimers().foreach(t => getHandle.deleteTimer(t))
+      getHandle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + timeout)
+    }
+
+    val windowsOut = emitted.sortBy(_._1).iterator.map(_._2)
+    if (late > 0) windowsOut ++ Iterator.single(plan.emitter.lateRows(keyValues, late, watermarkAtStart))
+    else windowsOut
+  }
+
+  /** Idle key: emit all of its open windows and forget the key. */
+  override def handleExpiredTimer(
+      key: Row, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo): Iterator[Row] = {
+    val (storedMax, _) = state.loadWatermark()
+    val watermark = new KeyWatermark(plan.latenessMicros, storedMax).current
+    val keyValues = keys.toInternal(key).copy()
+    val out = state.openWindows.iterator().toList.sortBy(_._1.longValue()).map { case (start, stored) =>
+      plan.emitter.window(
+        agg.result(windowGroup(keyValues, start), agg.fromStored(buffers.toInternal(stored))), watermark)
+    }
+    state.clear()
+    out.iterator
+  }
+
+  /** Grouping values as Spark's Aggregate lays them out: the key columns, then the window struct. */
+  private def windowGroup(keyValues: InternalRow, start: Long): InternalRow =
+    new JoinedRow(keyValues, InternalRow(InternalRow(start, plan.windows.windowEnd(start))))
+}

@@ -1,0 +1,12 @@
+"""Per-key event-time watermarks for Spark Structured Streaming.
+
+>>> from pyspark.sql import SparkSession, functions as F
+>>> import keyed_watermarks as kw
+>>> spark = kw.configure(SparkSession.builder.master("local[2]")).getOrCreate()  # doctest: +SKIP
+"""
+
+from keyed_watermarks._jvm import configure, jar_path
+from keyed_watermarks.keyed import KeyedWatermark, KeyedWindow, keyed_watermark
+
+__version__ = "0.1.0"
+__all__ = ["configure", "jar_path", "keyed_watermark", "KeyedWatermark", "KeyedWindow"]

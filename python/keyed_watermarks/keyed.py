@@ -1,0 +1,153 @@
+"""The public API: ``keyed_watermark(...).window(...).agg(...)``."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, List, Optional, Sequence, Union
+
+from pyspark.errors import PySparkTypeError, PySparkValueError
+from pyspark.sql import Column, DataFrame
+
+from keyed_watermarks._jvm import facade
+
+Duration = Union[str, datetime.timedelta]
+
+
+def _duration(option: str, value: Optional[Duration]) -> Optional[str]:
+    """Spark duration string for a str or timedelta (validated in the JVM by Spark's parser)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime.timedelta):
+        micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+        if micros < 0:
+            raise PySparkValueError(message=f"{option}: must not be negative, got {value!r}")
+        return f"{micros} microseconds"
+    if isinstance(value, str):
+        return value
+    raise PySparkTypeError(
+        message=(
+            f"{option}: expected a duration string such as '10 seconds' or a "
+            f"datetime.timedelta, got {type(value).__name__}"
+        )
+    )
+
+
+def _names(option: str, value: Union[str, Sequence[str]]) -> List[str]:
+    names = [value] if isinstance(value, str) else list(value) if value is not None else []
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise PySparkTypeError(
+            message=f"{option}: expected a column name or a non-empty list of names, got {value!r}"
+        )
+    return names
+
+
+class KeyedWindow:
+    """Tumbling windows per key. Build the result with :meth:`agg`."""
+
+    def __init__(self, jwindow: Any, events: DataFrame) -> None:
+        self._jwindow = jwindow
+        self._events = events
+
+    def _agg(self, cols: Sequence[Column], report: bool) -> DataFrame:
+        if not cols:
+            raise PySparkValueError(message="agg: at least one aggregate column is required")
+        for c in cols:
+            if not isinstance(c, Column):
+                raise PySparkTypeError(
+                    message=f"agg: expected pyspark Columns such as F.count('*'), got {type(c).__name__}"
+                )
+        spark = self._events.sparkSession
+        sc = spark.sparkContext
+        jcols = sc._jvm.java.util.ArrayList()
+        for c in cols:
+            jcols.add(c._jc)
+        jdf = facade(self._events).agg(self._jwindow, jcols, report)
+        return DataFrame(jdf, spark)
+
+    def agg(self, *cols: Column) -> DataFrame:
+        """Aggregates each key's windows; emits a window when its key's watermark passes its end.
+
+        The result has exactly the columns of
+        ``events.groupBy(*keys, F.window(event_time, size)).agg(*cols)`` and is written in
+        ``append`` output mode.
+
+        >>> from pyspark.sql import functions as F
+        >>> per_device = (kw.keyed_watermark(events, key="device", event_time="ts",
+        ...                                  lateness="5 seconds")
+        ...               .window("10 seconds")
+        ...               .agg(F.count("*").alias("n"), F.avg("temp").alias("avg_temp")))
+        ... # doctest: +SKIP
+        """
+        return self._agg(cols, report=False)
+
+    def agg_with_report(self, *cols: Column) -> DataFrame:
+        """Like :meth:`agg`, plus report rows and columns.
+
+        Adds ``kw_kind`` (``'window'`` for a result row, ``'late'`` for a per-key, per-batch
+        count of late rows that were left out), ``kw_late_rows`` and ``kw_watermark`` (the
+        key's watermark at the start of the micro-batch).
+        """
+        return self._agg(cols, report=True)
+
+
+class KeyedWatermark:
+    """Per-key event-time watermark over a streaming DataFrame.
+
+    ``wm(key) = max event time seen for key - lateness``; see docs/semantics.md.
+    """
+
+    def __init__(
+        self,
+        events: DataFrame,
+        key: Union[str, Sequence[str]],
+        event_time: str,
+        lateness: Duration,
+        idle_timeout: Optional[Duration] = None,
+    ) -> None:
+        keys = _names("key", key)
+        if not isinstance(event_time, str) or not event_time:
+            raise PySparkTypeError(
+                message=f"event_time: expected a column name, got {event_time!r}"
+            )
+        if lateness is None:
+            raise PySparkValueError(message="lateness: a duration is required, e.g. '5 seconds'")
+        jvm_facade = facade(events)
+        jkeys = events.sparkSession.sparkContext._jvm.java.util.ArrayList()
+        for k in keys:
+            jkeys.add(k)
+        self._events = events
+        self._jwatermark = jvm_facade.keyedWatermark(
+            events._jdf,
+            jkeys,
+            event_time,
+            _duration("lateness", lateness),
+            _duration("idle_timeout", idle_timeout),
+        )
+
+    def window(self, size: Duration) -> KeyedWindow:
+        """Tumbling windows of ``size`` (bounds equal Spark's ``F.window(ts, size)``)."""
+        if size is None:
+            raise PySparkValueError(message="window: a size is required, e.g. '10 seconds'")
+        return KeyedWindow(self._jwatermark.window(_duration("window", size)), self._events)
+
+
+def keyed_watermark(
+    events: DataFrame,
+    key: Union[str, Sequence[str]],
+    event_time: str,
+    lateness: Duration,
+    idle_timeout: Optional[Duration] = None,
+) -> KeyedWatermark:
+    """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
+
+    :param key: key column name or list of names (e.g. the device id).
+    :param event_time: TIMESTAMP column with each row's event time.
+    :param lateness: how far a key's watermark trails its max event time, as a Spark
+        duration string (``"5 seconds"``) or ``datetime.timedelta``.
+    :param idle_timeout: optional processing-time duration after which a silent key's open
+        windows are emitted and its state dropped.
+
+    Bad input (unknown column, non-timestamp event time, bad or negative duration) raises
+    before any query starts.
+    """
+    return KeyedWatermark(events, key, event_time, lateness, idle_timeout)
