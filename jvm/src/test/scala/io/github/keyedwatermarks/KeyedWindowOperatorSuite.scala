@@ -1,0 +1,87 @@
+package io.github.keyedwatermarks
+
+import java.sql.Timestamp
+
+import org.apache.spark.sql.{Encoders, Row}
+import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
+import org.apache.spark.sql.functions._
+import org.apache.spark.sql.kwtest.ManualClockQuery
+
+case class Event(device: String, ts: Timestamp, temp: Double)
+
+/** End-to-end through Spark: per-batch emission, late rows, idle keys (controllable clock). */
+class KeyedWindowOperatorSuite extends SparkSuite {
+
+  private def t(seconds: Long) = new Timestamp(seconds * 1000L)
+  private def ev(device: String, seconds: Long, temp: Double = 1.0) = Event(device, t(seconds), temp)
+
+  /** (device, window start seconds, n, sum) of the window rows; (device, late) of late rows. */
+  private def windows(rows: Seq[Row]): Set[(String, Long, Long, Double)] = rows.filter(_.getAs[String]("kw_kind") == "window")
+    .map(r => (r.getString(0), r.getStruct(1).getTimestamp(0).getTime / 1000, r.getLong(2), r.getDouble(3))).toSet
+  private def late(rows: Seq[Row]): Map[String, Long] = rows.filter(_.getAs[String]("kw_kind") == "late")
+    .groupBy(_.getString(0)).map { case (k, rs) => k -> rs.map(_.getAs[Long]("kw_late_rows")).sum }
+
+  private def start(idle: Option[String]) = {
+    val input = MemoryStream[Event](Encoders.product[Event], spark)
+    val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "5 seconds", idle)
+      .window("10 seconds")
+      .aggWithReport(count(lit(1)).as("n"), sum("temp").as("s"))
+    (input, new ManualClockQuery(out, tempDir(), 0L))
+  }
+
+  test("each key's windows close in the batch its own watermark passes them") {
+    val (input, q) = start(None)
+    try {
+      input.addData(ev("fast", 1), ev("fast", 3), ev("slow", 2))
+      q.step()
+      assert(windows(q.rows).isEmpty)
+      input.addData(ev("fast", 16)) // wm(fast) = 11 >= 10: fast's [0,10) closes now
+      q.step()
+      assert(windows(q.rows) == Set(("fast", 0L, 2L, 2.0)))
+      input.addData(ev("fast", 40), ev("slow", 4)) // slow's row is on time: wm(slow) = -3
+      q.step()
+      assert(windows(q.rows) == Set(("fast", 0L, 2L, 2.0), ("fast", 10L, 1L, 1.0)))
+      input.addData(ev("slow", 15), ev("slow", 9)) // 9 is on time: checked against wm(slow) at batch start
+      q.step()
+      assert(windows(q.rows).contains(("slow", 0L, 3L, 3.0)))
+      input.addData(ev("slow", 1), ev("fast", 2)) // both late now
+      q.step()
+      assert(late(q.rows) == Map("slow" -> 1L, "fast" -> 1L))
+      assert(windows(q.rows).size == 3, "late rows never reopen a window")
+    } finally q.stop()
+  }
+
+  test("idle_timeout emits a silent key's windows and forgets its watermark") {
+    val (input, q) = start(Some("10 seconds"))
+    try {
+      input.addData(ev("a", 1, 2.0), ev("a", 2, 3.0))
+      q.step()
+      val openedAt = q.clock.getTimeMillis()
+      var steps = 0
+      while (windows(q.rows).isEmpty && steps < 20) { q.step(); steps += 1 }
+      assert(windows(q.rows) == Set(("a", 0L, 2L, 5.0)))
+      val emittedAfter = q.clock.getTimeMillis() - openedAt
+      assert(emittedAfter >= 10000L && emittedAfter <= 12000L, s"emitted after $emittedAfter ms")
+      // The key's state is gone: an old event time is not late, it opens a fresh window.
+      input.addData(ev("a", 3, 7.0))
+      q.step()
+      assert(late(q.rows).isEmpty)
+      while (windows(q.rows).size < 2 && steps < 40) { q.step(); steps += 1 }
+      assert(windows(q.rows) == Set(("a", 0L, 2L, 5.0), ("a", 0L, 1L, 7.0)))
+    } finally q.stop()
+  }
+
+  test("without idle_timeout no timers run: processAllAvailable returns") {
+    val input = MemoryStream[Event](Encoders.product[Event], spark)
+    val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "0 seconds").window("10 seconds")
+      .agg(count(lit(1)).as("n"))
+    val q = out.writeStream.format("memory").queryName("no_timers").outputMode("append")
+      .option("checkpointLocation", tempDir()).start()
+    try {
+      input.addData(ev("a", 1), ev("a", 12))
+      q.processAllAvailable()
+      assert(spark.table("no_timers").collect().map(_.getLong(2)).toSeq == Seq(1L))
+      assert(spark.table("no_timers").columns.toSeq == Seq("device", "window", "n"))
+    } finally q.stop()
+  }
+}

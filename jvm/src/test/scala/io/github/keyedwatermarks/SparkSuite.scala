@@ -1,0 +1,27 @@
+package io.github.keyedwatermarks
+
+import java.nio.file.Files
+
+import org.apache.spark.sql.SparkSession
+import org.scalatest.BeforeAndAfterAll
+import org.scalatest.funsuite.AnyFunSuite
+
+/** A local SparkSession configured as `kw.configure` does (RocksDB state store). */
+trait SparkSuite extends AnyFunSuite with BeforeAndAfterAll {
+  @transient lazy val spark: SparkSession = SparkSession.builder()
+    .master("local[2]")
+    .appName(getClass.getSimpleName)
+    .config("spark.ui.enabled", "false")
+    .config("spark.sql.shuffle.partitions", "2")
+    .config("spark.sql.session.timeZone", "UTC")
+    .config("spark.sql.streaming.stateStore.providerClass",
+      "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    .getOrCreate()
+
+  def tempDir(): String = Files.createTempDirectory("kw-test").toString
+
+  override def afterAll(): Unit = {
+    spark.stop()
+    super.afterAll()
+  }
+}

@@ -1,0 +1,36 @@
+package io.github.keyedwatermarks
+
+import org.apache.spark.sql.functions._
+
+import io.github.keyedwatermarks.window.TumblingWindows
+
+class WindowAssignerSuite extends SparkSuite {
+
+  test("tumbling windows are epoch-aligned half-open intervals") {
+    val w = TumblingWindows(10L)
+    assert(w.windowStart(0) == 0 && w.windowStart(9) == 0 && w.windowStart(10) == 10)
+    assert(w.windowStart(-1) == -10 && w.windowStart(-10) == -10 && w.windowStart(-11) == -20)
+    assert(w.windowEnd(20) == 30)
+  }
+
+  test("window bounds equal Spark's window() for random timestamps, including negative ones") {
+    val rnd = new scala.util.Random(7)
+    val micros = Seq.fill(300)(rnd.nextLong() % (50L * 365 * 86400 * 1000000L)) ++ Seq(0L, -1L, 1L)
+    for (size <- Seq("1 second", "7 seconds", "10 minutes", "1 day")) {
+      val sizeMicros = compat.SparkInternals.durationMicros("window", size)
+      val assigner = TumblingWindows(sizeMicros)
+      val spark2 = spark
+      import spark2.implicits._
+      val sparkStarts = micros.toDF("us")
+        .select($"us", window(timestamp_micros($"us"), size).getField("start").as("start"))
+        .select($"us", unix_micros($"start")).as[(Long, Long)].collect().toMap
+      micros.foreach { us =>
+        assert(assigner.windowStart(us) == sparkStarts(us), s"size=$size us=$us")
+      }
+    }
+  }
+
+  test("window size must be positive") {
+    intercept[IllegalArgumentException](TumblingWindows(0L))
+  }
+}
