@@ -1,0 +1,510 @@
+"""Spark itself as the oracle (docs/semantics.md, "Emission and eviction" and "How this
+differs from Spark's global watermark").
+
+a) Batch oracle: a seeded random multi-key stream with out-of-order and late rows. Every
+   window our operator emits must equal Spark's *batch*
+   ``groupBy(device, window(ts, S)).agg(...)`` over that window's on-time rows, for a long list
+   of built-in aggregates; on-time is decided by a tiny pure-Python version of the contract's
+   rule. The result schema must equal Spark's.
+b) Streaming oracle: streams that neither rule calls late (single key, and a composite key
+   whose keys advance together) give row-for-row the same output as Spark's own
+   ``withWatermark(...).groupBy(..., window(...)).agg(...)`` in append mode, once both have
+   processed the whole stream with Trigger.AvailableNow.
+c) Divergence (documentation): a slow batch-uploader key loses its rows to Spark's global
+   watermark, ours keeps them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import pytest
+from pyspark.errors import IllegalArgumentException
+from pyspark.sql import DataFrame, functions as F
+
+import keyed_watermarks as kw
+from conftest import Replay
+
+SEC = 1_000_000  # microseconds
+SIZE = "10 seconds"
+SIZE_US = 10 * SEC
+LATENESS = "5 seconds"
+LATENESS_US = 5 * SEC
+# 2024-01-01T00:00:00Z: aligned to every window size used here.
+BASE_US = 1_704_067_200 * SEC
+UTC = dt.timezone.utc
+
+
+def ts(us: int) -> dt.datetime:
+    """Event time (microseconds since the epoch) as an aware datetime (session TZ independent)."""
+    return dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=us)
+
+
+def window_start(us: int) -> int:
+    return us - ((us % SIZE_US) + SIZE_US) % SIZE_US
+
+
+def run(df: DataFrame, root: Path, name: str) -> Tuple[DataFrame, list]:
+    """Runs `df` with Trigger.AvailableNow into a parquet sink. Returns the sink's content (as a
+    batch DataFrame with an extra `ws_us` column, the window start in microseconds) and the
+    query's progress reports."""
+    out, checkpoint = root / f"{name}-out", root / f"{name}-checkpoint"
+    query = (
+        df.writeStream.format("parquet")
+        .outputMode("append")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise query.exception()
+    written = df.sparkSession.read.schema(df.schema).parquet(str(out))
+    return written.withColumn("ws_us", F.unix_micros("window.start")), query.recentProgress
+
+
+def close(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) or isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == pytest.approx(b, rel=1e-9, abs=1e-9)
+    return a == b
+
+
+# =========================================================================================
+# a) Batch oracle
+# =========================================================================================
+
+ORACLE_SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, label STRING, wtag STRING"
+
+
+def oracle_aggs() -> list:
+    """Left un-aliased on purpose: the generated column names are part of the contract."""
+    return [
+        F.count("*"),
+        F.count("temp"),
+        F.sum("temp"),
+        F.avg("temp"),
+        F.min("temp"),
+        F.max("temp"),
+        F.max("ts"),
+        # first/last depend on row order, which neither a stream nor a shuffle fixes. `wtag`
+        # is constant within a (device, window), so first/last of it are deterministic; this
+        # is also the string first/last. first/last of `temp` are only checked to be one of
+        # the window's on-time values (see ORDER_DEPENDENT).
+        F.first("wtag"),
+        F.last("wtag"),
+        F.first("temp"),
+        F.last("temp"),
+        F.stddev("temp"),
+        F.variance("temp"),
+        F.approx_count_distinct("label"),
+        F.percentile_approx("temp", 0.5),
+        # Order-dependent too: compared sorted (see UNORDERED).
+        F.collect_list("temp"),
+        F.collect_set("label"),
+        F.sum("temp") / F.count("*"),
+        F.min("label"),
+        F.max("label"),
+    ]
+
+
+ORDER_DEPENDENT = {"first(temp)", "last(temp)"}
+UNORDERED = {"collect_list(temp)", "collect_set(label)"}
+
+
+def generate(seed: int, batches: int = 7) -> List[List[tuple]]:
+    """Micro-batches of (device, t_us, temp, label) for three devices: two regular ones and a
+    sparse one, rows out of order within and across batches, some rows far behind their
+    device (most of them late), and a hand-made `edge` device that hits the exact boundary
+    `window end == wm`."""
+    rng = random.Random(seed)
+    cursor = {"d0": BASE_US, "d1": BASE_US + 3 * SEC, "d2": BASE_US + 7 * SEC}
+    out: List[List[tuple]] = []
+    for b in range(batches):
+        rows = []
+        for device in cursor:
+            if device == "d2" and rng.random() < 0.5:
+                continue  # d2 is sparse: skips about half of the batches
+            cursor[device] += rng.randint(3 * SEC, 12 * SEC)
+            for _ in range(rng.randint(2, 6)):
+                t = cursor[device] + rng.randint(-6 * SEC, 2 * SEC)
+                rows.append((device, t))
+            if rng.random() < 0.5:
+                rows.append((device, cursor[device] - rng.randint(12 * SEC, 30 * SEC)))
+        rows = [
+            (d, t, None if rng.random() < 0.1 else round(rng.uniform(-10, 40), 2), f"L{rng.randint(0, 30):02d}")
+            for d, t in rows
+        ]
+        rng.shuffle(rows)
+        out.append(rows)
+    # Edge device. Batch 0: max 115 s, so wm = 110 s at the start of batch 1. Batch 1: 105 s
+    # and 109.999999 s are in [100, 110), end 110 <= 110: late; 110 s is in [110, 120): on
+    # time. Batch 2 moves the watermark to 127 s, closing [110, 120).
+    edge = [
+        [100 * SEC, 115 * SEC],
+        [105 * SEC, 110 * SEC - 1, 110 * SEC],
+        [132 * SEC],
+    ]
+    for b, times in enumerate(edge):
+        out[b].extend(("edge", BASE_US + t, float(i), f"E{i}") for i, t in enumerate(times))
+    return out
+
+
+def contract(batches: Sequence[Sequence[tuple]]):
+    """The contract's rule in plain Python: per key and batch, a row is late iff its window's
+    end <= (max event time of the key's earlier batches) - lateness. Returns the on-time rows,
+    the expected late report rows (device, n, wm at start), the number of late rows of each
+    batch and each key's final watermark."""
+    max_seen: Dict[str, int] = {}
+    on_time, late_reports, per_batch = [], [], []
+    for rows in batches:
+        wm_start = {k: m - LATENESS_US for k, m in max_seen.items()}
+        late = Counter()
+        for row in rows:
+            device, t = row[0], row[1]
+            if device in wm_start and window_start(t) + SIZE_US <= wm_start[device]:
+                late[device] += 1
+            else:
+                on_time.append(row)
+        late_reports += [(d, n, wm_start[d]) for d, n in late.items()]
+        per_batch.append(sum(late.values()))
+        for device, t, *_ in rows:
+            max_seen[device] = max(max_seen.get(device, t), t)
+    final_wm = {k: m - LATENESS_US for k, m in max_seen.items()}
+    return on_time, late_reports, per_batch, final_wm
+
+
+def to_spark_rows(rows) -> List[tuple]:
+    return [(d, ts(t), temp, label, f"{d}@{window_start(t)}") for d, t, temp, label in rows]
+
+
+@pytest.mark.parametrize("seed", [7, 2024])
+def test_batch_oracle(spark, workdir, seed):
+    batches = generate(seed)
+    on_time, late_reports, late_per_batch, final_wm = contract(batches)
+    n_rows = sum(len(b) for b in batches)
+    # The seeds are chosen so that the stream exercises what it should.
+    assert 0 < len(late_reports) and sum(n for _, n, _ in late_reports) < n_rows // 4
+    assert ("edge", 2, BASE_US + 110 * SEC) in late_reports
+
+    replay = Replay(spark, workdir, ORACLE_SCHEMA)
+    replay.add_all(to_spark_rows(b) for b in batches)
+    assert replay.batches == len(batches)
+    events = replay.stream()
+
+    keyed = kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS).window(SIZE)
+    ours_df, progress = run(keyed.agg_with_report(*oracle_aggs()), workdir, "ours")
+    ours = ours_df.collect()
+
+    # Report rows: one per key and batch with late rows, watermark at the start of the batch.
+    late_rows = ours_df.where("kw_kind = 'late'").select(
+        "device", "kw_late_rows", F.unix_micros("kw_watermark").alias("wm")
+    )
+    assert Counter(tuple(r) for r in late_rows.collect()) == Counter(late_reports)
+    # The per-batch total in the observed metrics. (recentProgress has been seen to miss
+    # batch 0's report when the query finishes quickly, so only compare the ones it has.)
+    observed = {
+        p["batchId"]: p["observedMetrics"]["keyed_watermarks_output"]["late_rows"]
+        for p in progress
+        if "keyed_watermarks_output" in p.get("observedMetrics", {})
+    }
+    assert len(observed) >= len(batches) - 1
+    assert observed == {b: late_per_batch[b] for b in observed}
+
+    windows = {(r["device"], r["ws_us"]): r for r in ours if r["kw_kind"] == "window"}
+    assert len(windows) == sum(1 for r in ours if r["kw_kind"] == "window"), "a window was emitted twice"
+    # Exactly the windows the keys' final watermarks passed (no idle_timeout, so the others
+    # stay open).
+    expected_windows = {
+        (d, window_start(t))
+        for d, t, *_ in on_time
+        if window_start(t) + SIZE_US <= final_wm[d]
+    }
+    assert set(windows) == expected_windows
+    # Several emitted windows got on-time rows in more than one batch (merged through the
+    # state store).
+    on_time_set = set(on_time)
+    batches_of = defaultdict(set)
+    for b, rows in enumerate(batches):
+        for row in rows:
+            if row in on_time_set:
+                batches_of[(row[0], window_start(row[1]))].add(b)
+    assert sum(1 for w in expected_windows if len(batches_of[w]) > 1) >= 3
+    assert ("edge", BASE_US + 110 * SEC) in windows and windows[("edge", BASE_US + 110 * SEC)]["count(1)"] == 2  # 115 s and 110 s
+
+    # Spark's batch aggregation over exactly the on-time rows.
+    on_time_df = spark.createDataFrame(to_spark_rows(on_time), ORACLE_SCHEMA)
+    reference = on_time_df.groupBy("device", F.window("ts", SIZE)).agg(*oracle_aggs())
+    expected = {
+        (r["device"], r["ws_us"]): r
+        for r in reference.withColumn("ws_us", F.unix_micros("window.start")).collect()
+    }
+    on_time_temps = defaultdict(list)
+    for d, t, temp, _ in on_time:
+        on_time_temps[(d, window_start(t))].append(temp)
+
+    columns = reference.columns
+    assert ours_df.columns[: len(columns)] == columns
+    mismatches = []
+    for key, row in sorted(windows.items()):
+        ref = expected[key]
+        for name in columns:
+            got, want = row[name], ref[name]
+            if name in ORDER_DEPENDENT:
+                ok = any(close(got, v) for v in on_time_temps[key])
+            elif name in UNORDERED:
+                ok = sorted(got) == sorted(want)
+            else:
+                ok = close(got, want)
+            if not ok:
+                mismatches.append((key, name, got, want))
+    assert not mismatches, mismatches[:10]
+
+
+def test_result_schema_equals_spark(spark, tmp_path):
+    events = spark.readStream.schema(ORACLE_SCHEMA).parquet(str(tmp_path))
+    keyed = kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS).window(SIZE)
+    ours = keyed.agg(*oracle_aggs()).schema
+    spark_schema = events.groupBy("device", F.window("ts", SIZE)).agg(*oracle_aggs()).schema
+    # Names, types and nullability are equal. Field metadata is not: Spark tags its columns
+    # (`spark.timeWindow` on window, `__autoGeneratedAlias` on generated names).
+    assert [(f.name, f.dataType, f.nullable) for f in ours] == [
+        (f.name, f.dataType, f.nullable) for f in spark_schema
+    ]
+    report = keyed.agg_with_report(*oracle_aggs()).schema
+    assert [(f.name, f.dataType) for f in report][: len(ours)] == [(f.name, f.dataType) for f in ours]
+    assert [(f.name, f.dataType.simpleString()) for f in report][len(ours):] == [
+        ("kw_kind", "string"),
+        ("kw_late_rows", "bigint"),
+        ("kw_watermark", "timestamp"),
+    ]
+    # Composite keys keep their order, before the window column.
+    composite = (
+        kw.keyed_watermark(events, key=["wtag", "device"], event_time="ts", lateness=LATENESS)
+        .window(SIZE)
+        .agg(F.count("*"), F.avg("temp"))
+    )
+    assert composite.schema.simpleString() == (
+        events.groupBy("wtag", "device", F.window("ts", SIZE)).agg(F.count("*"), F.avg("temp")).schema.simpleString()
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=IllegalArgumentException,
+    reason=(
+        "operator bug: docs/semantics.md allows a TIMESTAMP_NTZ event time, but "
+        "InputPlan.validate accepts only TIMESTAMP ('must be of type TIMESTAMP, but it is "
+        "TIMESTAMP_NTZ'); Spark's F.window accepts TIMESTAMP_NTZ"
+    ),
+)
+def test_timestamp_ntz_event_time_is_accepted(spark, tmp_path):
+    events = spark.readStream.schema("device STRING, ts TIMESTAMP_NTZ, temp DOUBLE").parquet(str(tmp_path))
+    ours = kw.keyed_watermark(events, "device", "ts", LATENESS).window(SIZE).agg(F.count("*")).schema
+    assert ours == events.groupBy("device", F.window("ts", SIZE)).agg(F.count("*")).schema
+
+
+# =========================================================================================
+# b) Streaming oracle: Spark's own withWatermark + window aggregation
+# =========================================================================================
+
+STREAM_SCHEMA = "site STRING, device STRING, ts TIMESTAMP, temp DOUBLE"
+
+
+def stream_aggs() -> list:
+    return [
+        F.count("*").alias("n"),
+        F.sum("temp").alias("sum_temp"),
+        F.avg("temp").alias("avg_temp"),
+        F.min("temp").alias("min_temp"),
+        F.max("temp").alias("max_temp"),
+        F.max("ts").alias("last_ts"),
+        F.approx_count_distinct("temp").alias("distinct_temps"),
+        F.collect_list("temp").alias("temps"),  # compared sorted: row order is not defined
+    ]
+
+
+def no_late_stream(seed: int, keys: Sequence[Tuple[str, str]], batches: int, jitter_us: int):
+    """Micro-batches where every key advances with the same cursor, rows up to `jitter_us`
+    behind it, and no row is late by either rule: each row's window end is after
+    (max event time over ALL keys of the earlier batches) - lateness, which is at least
+    Spark's global watermark (Spark's is older still) and at least each key's own. The last
+    batch gives every key a row at the same final time, so each key's final watermark equals
+    Spark's global one."""
+    rng = random.Random(seed)
+    cursor = BASE_US + 2 * SEC
+    global_max = None
+    out = []
+    for b in range(batches):
+        cursor += rng.randint(4 * SEC, 9 * SEC)
+        rows = []
+        for site, device in keys:
+            for _ in range(rng.randint(1, 4)):
+                t = cursor - rng.randint(0, jitter_us)
+                if global_max is not None:
+                    # Keep it on time: its window must end after global_max - lateness.
+                    t = max(t, window_start(global_max - LATENESS_US))
+                rows.append((site, device, t, round(rng.uniform(0, 30), 1)))
+            if b == batches - 1:
+                rows.append((site, device, cursor, 1.0))
+        if global_max is not None:
+            assert all(window_start(t) + SIZE_US > global_max - LATENESS_US for _, _, t, _ in rows)
+        rng.shuffle(rows)
+        out.append(rows)
+        global_max = max([global_max or 0] + [t for _, _, t, _ in rows])
+    return out
+
+
+def compare_with_spark(spark, workdir, batches, keys: List[str]):
+    replay = Replay(spark, workdir, STREAM_SCHEMA)
+    replay.add_all([(s, d, ts(t), temp) for s, d, t, temp in b] for b in batches)
+    events = replay.stream()
+
+    ours_df, ours_progress = run(
+        kw.keyed_watermark(events, key=keys if len(keys) > 1 else keys[0], event_time="ts", lateness=LATENESS)
+        .window(SIZE)
+        .agg(*stream_aggs()),
+        workdir,
+        "ours",
+    )
+    spark_df, spark_progress = run(
+        events.withWatermark("ts", LATENESS).groupBy(*keys, F.window("ts", SIZE)).agg(*stream_aggs()),
+        workdir,
+        "spark",
+    )
+    assert ours_df.columns == spark_df.columns
+
+    def by_window(df):
+        rows = df.collect()
+        out = {tuple(r[k] for k in keys) + (r["ws_us"],): r for r in rows}
+        assert len(out) == len(rows), "a window was emitted twice"
+        return out
+
+    ours, theirs = by_window(ours_df), by_window(spark_df)
+
+    # What Spark 4.3 does with AvailableNow (measured): it processes the data batches (one per
+    # file here), then, because the last data batch moved the watermark, runs ONE MORE no-data
+    # batch with that watermark, so it evicts every window the final watermark closes. (When
+    # the last batch does not move the watermark, as in the divergence test below, there is
+    # no such batch and nothing is left to evict.) Its output after the stream ends is
+    # therefore complete, even though each window is emitted one batch later than ours. Our
+    # operator (no idle_timeout, TimeMode.None) needs no such batch.
+    assert spark_progress[-1]["numInputRows"] == 0
+    assert spark_progress[-1]["batchId"] == len(batches)
+    assert ours_progress[-1]["batchId"] == len(batches) - 1
+
+    # Expected windows: those the final watermark closes (the same for every key and Spark).
+    final_wm = max(t for b in batches for _, _, t, _ in b) - LATENESS_US
+    expected = {
+        tuple({"site": s, "device": d}[k] for k in keys) + (window_start(t),)
+        for b in batches
+        for s, d, t, _ in b
+        if window_start(t) + SIZE_US <= final_wm
+    }
+    assert set(theirs) == expected
+    assert set(ours) == set(theirs)
+    for key in sorted(ours):
+        a, b = ours[key], theirs[key]
+        for name in ours_df.columns:
+            if name == "temps":
+                assert sorted(a[name]) == sorted(b[name]), (key, name)
+            else:
+                assert close(a[name], b[name]), (key, name, a[name], b[name])
+    return ours
+
+
+@pytest.mark.parametrize(
+    "seed,jitter_us",
+    [(11, 0), (12, 4 * SEC)],
+    ids=["in-order", "out-of-order-within-lateness"],
+)
+def test_single_key_matches_spark_streaming(spark, workdir, seed, jitter_us):
+    batches = no_late_stream(seed, [("s1", "a")], batches=6, jitter_us=jitter_us)
+    out = compare_with_spark(spark, workdir, batches, ["device"])
+    assert len(out) >= 3
+
+
+def test_composite_key_matches_spark_streaming(spark, workdir):
+    keys = [("s1", "a"), ("s1", "b"), ("s2", "a")]
+    batches = no_late_stream(21, keys, batches=5, jitter_us=3 * SEC)
+    out = compare_with_spark(spark, workdir, batches, ["site", "device"])
+    assert {k[:2] for k in out} == set(keys)
+
+
+# =========================================================================================
+# c) Multi-key divergence (documentation test)
+# =========================================================================================
+
+
+def test_slow_uploader_kept_by_keyed_watermark_dropped_by_spark(spark, workdir):
+    """`fast` streams in real time; `slow` is a batch uploader that sends its backlog
+    (12 s .. 47 s) after `fast` has reached 111 s. With Spark's global watermark (max over all keys - 5 s) the backlog is far behind
+    and dropped; with keyed watermarks `slow` is only judged against its own rows."""
+    batches = [  # (site, device, seconds after BASE)
+        [("x", "fast", 1), ("x", "fast", 5), ("x", "slow", 2), ("x", "slow", 4)],
+        [("x", "fast", 100), ("x", "fast", 101)],
+        [("x", "fast", 110), ("x", "fast", 111)],
+        # The backlog, in batch 3. Spark checks late rows in batch N against the watermark of
+        # batches < N-1 (docs/semantics.md), here 101 - 5 = 96 s: every backlog window ends
+        # before that. In batch 2 (watermark of batch 0: 0 s) Spark would still have taken it.
+        [("x", "slow", t) for t in (12, 15, 22, 28, 33, 41, 47)],
+    ]
+    backlog = len(batches[-1])
+    replay = Replay(spark, workdir, STREAM_SCHEMA)
+    replay.add_all([(s, d, ts(BASE_US + t * SEC), 20.0) for s, d, t in b] for b in batches)
+    events = replay.stream()
+
+    ours_df, ours_progress = run(
+        kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS)
+        .window(SIZE)
+        .agg_with_report(F.count("*").alias("n")),
+        workdir,
+        "ours",
+    )
+    spark_df, spark_progress = run(
+        events.withWatermark("ts", LATENESS).groupBy("device", F.window("ts", SIZE)).agg(F.count("*").alias("n")),
+        workdir,
+        "spark",
+    )
+
+    ours = {(r["device"], (r["ws_us"] - BASE_US) // SEC): r["n"] for r in ours_df.where("kw_kind = 'window'").collect()}
+    theirs = {(r["device"], (r["ws_us"] - BASE_US) // SEC): r["n"] for r in spark_df.collect()}
+
+    # Ours: nothing late; slow's watermark is 47 - 5 = 42 s, so [0,10) .. [30,40) are emitted
+    # with all their rows and [40,50) (41 s, 47 s) stays open. fast's watermark is
+    # 111 - 5 = 106 s: [0,10) emitted, [100,110) and [110,120) still open.
+    assert ours_df.where("kw_kind = 'late'").count() == 0
+    assert {k: v for k, v in ours.items() if k[0] == "slow"} == {
+        ("slow", 0): 2, ("slow", 10): 2, ("slow", 20): 2, ("slow", 30): 1,
+    }
+    assert {k: v for k, v in ours.items() if k[0] == "fast"} == {("fast", 0): 2}
+    assert all(
+        p["observedMetrics"]["keyed_watermarks_output"]["late_rows"] == 0
+        for p in ours_progress
+        if "keyed_watermarks_output" in p.get("observedMetrics", {})
+    )
+
+    # Spark: the whole backlog is behind the global watermark (106 s in the last batch) and
+    # dropped; only slow's first window, emitted before fast moved the watermark, survives.
+    assert {k: v for k, v in theirs.items() if k[0] == "slow"} == {("slow", 0): 2}
+    assert {k: v for k, v in theirs.items() if k[0] == "fast"} == {("fast", 0): 2}
+    # Spark counts the dropped rows at its state operator's input, i.e. after the partial
+    # aggregation of the (single-file) batch: one row per backlog window, 4 for 7 rows.
+    dropped = sum(
+        op.get("numRowsDroppedByWatermark", 0) for p in spark_progress for op in p["stateOperators"]
+    )
+    backlog_windows = {t // 10 for _, _, t in batches[-1]}
+    assert dropped == len(backlog_windows) == 4
+
+    slow_total_ours = sum(v for k, v in ours.items() if k[0] == "slow")
+    slow_total_spark = sum(v for k, v in theirs.items() if k[0] == "slow")
+    assert (slow_total_ours, slow_total_spark) == (2 + backlog - 2, 2)  # 2 backlog rows still open
