@@ -77,6 +77,12 @@ def test_event_time_of_type_string(events):
     assert "event_time" in msg and "ts_str" in msg and "TIMESTAMP" in msg and "STRING" in msg
 
 
+def test_batch_dataframe_is_rejected(spark):
+    batch = spark.createDataFrame([], SCHEMA)
+    with pytest.raises(IllegalArgumentException, match="streaming DataFrame"):
+        _keyed(batch)
+
+
 def test_event_time_also_a_key(events):
     with pytest.raises(IllegalArgumentException, match="event_time: column 'ts' is also a key"):
         _keyed(events, key=["device", "ts"])
@@ -218,15 +224,6 @@ def test_key_not_str(events, key):
         _keyed(events, key=key)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason=(
-        "operator bug: keyed._names() calls list(value) on a non-str, non-iterable key, so "
-        "key=1 raises the builtin TypeError(\"'int' object is not iterable\") instead of "
-        "PySparkTypeError('key: expected a column name ...')"
-    ),
-)
 def test_key_scalar_not_str(events):
     with pytest.raises(PySparkTypeError, match="^key: expected a column name"):
         _keyed(events, key=1)

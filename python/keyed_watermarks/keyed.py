@@ -33,7 +33,12 @@ def _duration(option: str, value: Optional[Duration]) -> Optional[str]:
 
 
 def _names(option: str, value: Union[str, Sequence[str]]) -> List[str]:
-    names = [value] if isinstance(value, str) else list(value) if value is not None else []
+    if isinstance(value, str):
+        names = [value]
+    elif isinstance(value, (list, tuple)):
+        names = list(value)
+    else:
+        names = []
     if not names or not all(isinstance(n, str) and n for n in names):
         raise PySparkTypeError(
             message=f"{option}: expected a column name or a non-empty list of names, got {value!r}"

@@ -56,6 +56,17 @@ object KeyedWatermarks {
   def agg(window: KeyedWindow, aggs: java.util.List[Column], withReport: Boolean): DataFrame =
     if (withReport) window.aggWithReport(aggs.asScala.toSeq: _*) else window.agg(aggs.asScala.toSeq: _*)
 
+  val RocksDbProvider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+  /** transformWithState keeps its state only in the RocksDB provider: say so before the query starts. */
+  private[keyedwatermarks] def requireRocksDb(events: DataFrame): Unit = {
+    val key = "spark.sql.streaming.stateStore.providerClass"
+    val provider = events.sparkSession.conf.getOption(key).getOrElse("")
+    if (provider != RocksDbProvider) throw new IllegalArgumentException(
+      s"keyed watermarks keep their state in the RocksDB state store: set $key=$RocksDbProvider " +
+        s"(keyed_watermarks.configure(builder) does this); it is '$provider'")
+  }
+
   /** Parses a Spark duration string to microseconds (validation helper for Python). */
   def durationMicros(option: String, text: String): Long = SparkInternals.durationMicros(option, text)
 }
@@ -98,6 +109,7 @@ final class KeyedWindow private[keyedwatermarks] (
   def aggWithReport(aggs: Column*): DataFrame = {
     if (aggs.isEmpty) throw new IllegalArgumentException("agg: at least one aggregate column is required")
     val input = watermark.input
+    KeyedWatermarks.requireRocksDb(input.events)
     // Spark resolves and type-checks the aggregates exactly as for a batch groupBy; a
     // non-aggregate expression fails here with Spark's own AnalysisException.
     val reference = input.events

@@ -25,6 +25,9 @@ object InputPlan {
 
   def validate(events: DataFrame, keys: Seq[String], eventTime: String): InputPlan = {
     if (events == null) throw new IllegalArgumentException("events: a streaming DataFrame is required")
+    if (!events.isStreaming) throw new IllegalArgumentException(
+      "events: keyed watermarks need a streaming DataFrame (spark.readStream...); " +
+        "for a batch DataFrame use groupBy(key, window(...)).agg(...)")
     if (keys == null || keys.isEmpty) throw new IllegalArgumentException("key: at least one key column is required")
     keys.foreach(k => if (k == null || k.isEmpty) throw new IllegalArgumentException("key: empty column name"))
     if (keys.distinct.size != keys.size) throw new IllegalArgumentException(s"key: duplicate columns in ${keys.mkString(", ")}")
@@ -35,7 +38,8 @@ object InputPlan {
     val eventTimeColumn = events.col(eventTime)
     val eventTimeType = events.select(eventTimeColumn).schema.head.dataType
     if (eventTimeType != TimestampType) throw new IllegalArgumentException(
-      s"event_time: column '$eventTime' must be of type TIMESTAMP, but it is ${eventTimeType.sql}")
+      s"event_time: column '$eventTime' must be of type TIMESTAMP, but it is ${eventTimeType.sql}; " +
+        s"cast it first, e.g. F.col('$eventTime').cast('timestamp')")
     if (keys.contains(eventTime)) throw new IllegalArgumentException(
       s"event_time: column '$eventTime' is also a key column")
     InputPlan(events, keys, eventTime, keyColumns, eventTimeColumn)
