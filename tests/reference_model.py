@@ -1,0 +1,95 @@
+"""Pure-Python reference model of docs/semantics.md (no Spark): the test oracle.
+
+Input: micro-batches (lists of ``(key, event_time_micros, value)`` rows; key and time may be
+None), lateness ``L`` and window size ``S`` in microseconds. Per key ``k``:
+
+- ``wm(k) = max event time seen for k - L``, undefined before k's first row;
+- a row of batch ``N`` is late when ``wm(k)`` at the *start* of batch N is defined and its
+  window's end ``<= wm(k)``; late rows are counted, not aggregated;
+- at the *end* of batch N, ``wm(k)`` advances with all of k's rows of the batch, then every
+  open window of k with ``end <= wm(k)`` is emitted (in batch N) and dropped.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
+
+Row = Tuple[Optional[Hashable], Optional[int], Any]
+
+
+@dataclass(frozen=True)
+class Window:
+    key: Hashable
+    start: int
+    end: int
+    batch: int  # micro-batch in which the window is emitted
+    watermark_at_start: Optional[int]  # wm(key) at the start of that batch (None: undefined)
+    values: Tuple[Any, ...]  # the window's on-time values, in input order
+
+
+@dataclass
+class ModelResult:
+    emitted: List[Window] = field(default_factory=list)
+    # (batch, key) -> number of late rows of the key in that batch
+    late: Dict[Tuple[int, Hashable], int] = field(default_factory=dict)
+    # (batch, key) -> wm(key) at the start of that batch, for the entries of `late`
+    late_watermark: Dict[Tuple[int, Hashable], Optional[int]] = field(default_factory=dict)
+    invalid: int = 0  # rows with a null key or a null event time
+    # windows still in state after the last batch: (key, start) -> on-time values
+    open: Dict[Tuple[Hashable, int], List[Any]] = field(default_factory=dict)
+
+    def emitted_in_batch(self, batch: int) -> int:
+        return sum(1 for w in self.emitted if w.batch == batch)
+
+    def late_in_batch(self, batch: int) -> int:
+        return sum(n for (b, _), n in self.late.items() if b == batch)
+
+    def late_per_key(self) -> Dict[Hashable, int]:
+        out: Dict[Hashable, int] = defaultdict(int)
+        for (_, key), n in self.late.items():
+            out[key] += n
+        return dict(out)
+
+    def open_rows(self) -> int:
+        return sum(len(v) for v in self.open.values())
+
+
+def window_start(t: int, size: int) -> int:
+    # Python's % is already the floor-mod of the contract: ((t mod S) + S) mod S.
+    return t - t % size
+
+
+def run_model(batches: Sequence[Sequence[Row]], lateness: int, size: int) -> ModelResult:
+    res = ModelResult()
+    max_time: Dict[Hashable, int] = {}  # key -> max event time seen (wm defined iff present)
+
+    def wm(key: Hashable) -> Optional[int]:
+        return max_time[key] - lateness if key in max_time else None
+
+    for n, batch in enumerate(batches):
+        wm_start = {k: wm(k) for k in max_time}  # watermarks at the start of batch n
+        batch_max: Dict[Hashable, int] = {}
+        for key, t, value in batch:
+            if key is None or t is None:
+                res.invalid += 1
+                continue
+            batch_max[key] = max(t, batch_max.get(key, t))
+            start = window_start(t, size)
+            w = wm_start.get(key)
+            if w is not None and start + size <= w:
+                res.late[(n, key)] = res.late.get((n, key), 0) + 1
+                res.late_watermark[(n, key)] = w
+            else:
+                res.open.setdefault((key, start), []).append(value)
+        # End of batch: advance the watermarks, then emit every window they passed.
+        for key, t in batch_max.items():
+            max_time[key] = max(t, max_time.get(key, t))
+        for (key, start) in sorted(res.open, key=repr):
+            w = wm(key)
+            if w is not None and start + size <= w:
+                values = res.open.pop((key, start))
+                res.emitted.append(
+                    Window(key, start, start + size, n, wm_start.get(key), tuple(values)))
+    return res

@@ -1,0 +1,287 @@
+"""End-to-end tests of the operator against the reference model (tests/reference_model.py).
+
+Hypothesis generates multi-key streams (out-of-order event times, late rows, null keys, null
+event times, null values), random batch splits, lateness and window sizes. Each example is
+replayed through Spark's file source (one file per micro-batch, Trigger.AvailableNow) and
+the output is compared with the model: emitted windows and their aggregates, per-key late
+counts, invalid-row counts, the accounting identity, and the micro-batch of each emission
+(through the query's observed metrics, one progress entry per micro-batch).
+
+A Spark query takes seconds here, so each example packs several independent streams (each
+with its own key prefix and batch split: keys never interact) into one query.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, note, settings
+from hypothesis import strategies as st
+from pyspark.sql import functions as F
+
+import keyed_watermarks as kw
+from conftest import Replay
+from reference_model import ModelResult, run_model
+
+SECOND = 1_000_000
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def ts(micros: Optional[int]) -> Optional[datetime.datetime]:
+    """An aware datetime for `micros` since the epoch (exact, whatever the local time zone)."""
+    return None if micros is None else EPOCH + datetime.timedelta(microseconds=micros)
+
+
+def to_spark_rows(batches: Sequence[Sequence[tuple]]) -> List[List[tuple]]:
+    return [[(k, ts(t), v) for k, t, v in b] for b in batches]
+
+
+def build_query(stream, lateness_s: int, window_s: int):
+    return (
+        kw.keyed_watermark(stream, key="device", event_time="ts", lateness=f"{lateness_s} seconds")
+        .window(f"{window_s} seconds")
+        .agg_with_report(
+            F.count("*").alias("n"),
+            F.sum("temp").alias("s"),
+            F.min("temp").alias("lo"),
+            F.max("temp").alias("hi"),
+        )
+    )
+
+
+def run_with_progress(df, out_dir: Path, checkpoint: Path):
+    """Like conftest.run_available, but also returns the query's per-batch progress."""
+    query = (
+        df.writeStream.format("parquet")
+        .outputMode("append")
+        .option("path", str(out_dir))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    exc = query.exception()
+    if exc is not None:
+        raise exc
+    progress = list(query.recentProgress)
+    # Event times and watermarks as micros, so nothing depends on the local time zone.
+    rows = (
+        df.sparkSession.read.schema(df.schema).parquet(str(out_dir))
+        .select(
+            "device", "kw_kind", "kw_late_rows", "n", "s", "lo", "hi",
+            F.unix_micros("window.start").alias("start"),
+            F.unix_micros("window.end").alias("end"),
+            F.unix_micros("kw_watermark").alias("wm"),
+        )
+        .collect()
+    )
+    return rows, progress
+
+
+def replay_and_run(spark, root: Path, batches, lateness_s: int, window_s: int):
+    replay = Replay(spark, root)
+    replay.add_all(to_spark_rows(batches))
+    assert replay.batches == len(batches)
+    df = build_query(replay.stream(), lateness_s, window_s)
+    return run_with_progress(df, root / "out", root / "checkpoint")
+
+
+def check_against_model(batches, model: ModelResult, rows, progress) -> None:
+    """All assertions comparing one query's output and progress with the model."""
+    def agg(values):
+        present = [v for v in values if v is not None]
+        return (len(values), float(sum(present)) if present else None,
+                min(present) if present else None, max(present) if present else None)
+
+    # 1. Emitted windows, their aggregates, and the key's watermark at the start of the
+    #    emitting batch (all temps are integers, so the double sums are exact).
+    got_windows = Counter(
+        (r.device, r.start, r.end, r.n, r.s, r.lo, r.hi, r.wm) for r in rows if r.kw_kind == "window")
+    want_windows = Counter(
+        (w.key, w.start, w.end) + agg(w.values) + (w.watermark_at_start,) for w in model.emitted)
+    assert got_windows == want_windows
+
+    # 2. Late rows: one report row per (key, batch) with late rows, carrying the count and the
+    #    key's watermark at the start of the batch; and the per-key totals.
+    late_rows = [r for r in rows if r.kw_kind == "late"]
+    assert Counter((r.device, r.kw_late_rows, r.wm) for r in late_rows) == Counter(
+        (key, n, model.late_watermark[(b, key)]) for (b, key), n in model.late.items())
+    got_late: Dict[str, int] = Counter()
+    for r in late_rows:
+        got_late[r.device] += r.kw_late_rows
+    assert dict(got_late) == model.late_per_key()
+    assert {r.kw_kind for r in rows} <= {"window", "late"}
+
+    # 3. Per-batch timing, from the observed metrics of each micro-batch.
+    data_batches = {p.batchId: p for p in progress if p.numInputRows > 0}
+    assert sorted(data_batches) == list(range(len(batches))), [p.batchId for p in progress]
+    invalid = 0
+    for p in progress:
+        b = p.batchId
+        out = p.observedMetrics["keyed_watermarks_output"]
+        inp = p.observedMetrics.get("keyed_watermarks_input")
+        want_emitted = model.emitted_in_batch(b) if b < len(batches) else 0
+        want_late = model.late_in_batch(b) if b < len(batches) else 0
+        assert (b, out["windows_emitted"], out["late_rows"]) == (b, want_emitted, want_late)
+        if inp is not None:
+            invalid += inp["null_key_rows"] + inp["null_event_time_rows"]
+            assert inp["input_rows"] == (len(batches[b]) if b < len(batches) else 0)
+    assert invalid == model.invalid
+
+    # 4. Accounting: every input row is in an emitted window, still open, late, or invalid.
+    total = sum(len(b) for b in batches)
+    aggregated = sum(r.n for r in rows if r.kw_kind == "window")
+    late = sum(r.kw_late_rows for r in late_rows)
+    assert aggregated + model.open_rows() + late + invalid == total
+
+
+# --------------------------------------------------------------------------------------
+# Generated streams
+# --------------------------------------------------------------------------------------
+
+LATENESS_S = [0, 2, 5, 10]
+WINDOW_S = [5, 10]
+BASES_S = [0, 1_700_000_000]  # base 0 with backward steps also yields negative event times
+# A key's clock mostly moves forward (0..9 s per row) and sometimes jumps back up to 25 s.
+STEP_S = st.sampled_from(list(range(0, 10)) * 5 + list(range(-25, 0)))
+
+
+@st.composite
+def sub_stream(draw, prefix: str) -> List[List[tuple]]:
+    """One stream of a few keys, as micro-batches of (key, micros|None, temp|None) rows.
+
+    Each key's event time is a random walk (mostly forward, sometimes backward far enough to
+    be late), with occasional sub-second offsets to hit window boundaries from both sides.
+    """
+    n_keys = draw(st.integers(1, 3))
+    base = draw(st.sampled_from(BASES_S)) * SECOND
+    clock = [base + draw(st.integers(0, 20)) * SECOND for _ in range(n_keys)]
+    events = draw(st.lists(
+        st.tuples(
+            st.integers(0, n_keys - 1),
+            STEP_S,
+            st.sampled_from([0, 0, 0, 0, 1, -1, SECOND // 2]),  # extra micros
+            st.sampled_from(["ok"] * 12 + ["null_key", "null_time"]),
+            st.one_of(st.none(), st.integers(-20, 40)),
+        ),
+        min_size=8, max_size=30))
+    rows = []
+    for key, step, micros, kind, temp in events:
+        clock[key] += step * SECOND
+        t = clock[key] + micros
+        value = None if temp is None else float(temp)
+        if kind == "null_key":
+            rows.append((None, t, value))
+        elif kind == "null_time":
+            rows.append((f"{prefix}{key}", None, value))
+        else:
+            rows.append((f"{prefix}{key}", t, value))
+    # Random split into 1..6 contiguous micro-batches.
+    cuts = sorted(set(draw(st.lists(st.integers(1, len(rows) - 1), min_size=1, max_size=5))))
+    cuts = [c for c in cuts if 0 < c < len(rows)]
+    bounds = [0] + cuts + [len(rows)]
+    return [rows[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@st.composite
+def packed_streams(draw):
+    """Several independent streams (disjoint key prefixes) merged batch by batch."""
+    subs = [draw(sub_stream(f"s{i}_")) for i in range(draw(st.integers(2, 3)))]
+    merged = [sum((s[i] for s in subs if i < len(s)), []) for i in range(max(map(len, subs)))]
+    return [b for b in merged if b]  # an empty micro-batch is no micro-batch
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    database=None,
+    # Every example runs a Spark query; shrinking a failure would run dozens more. The full
+    # failing example is printed, and the `note`s below show the model's view of it.
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    batches=packed_streams(),
+    lateness_s=st.sampled_from(LATENESS_S),
+    window_s=st.sampled_from(WINDOW_S),
+)
+def test_operator_matches_reference_model(spark, tmp_path_factory, batches, lateness_s, window_s):
+    model = run_model(batches, lateness_s * SECOND, window_s * SECOND)
+    note(f"lateness={lateness_s}s window={window_s}s batches={batches}")
+    note(f"model={model}")
+    root = tmp_path_factory.mktemp(f"model-{uuid.uuid4().hex[:8]}")
+    rows, progress = replay_and_run(spark, root, batches, lateness_s, window_s)
+    check_against_model(batches, model, rows, progress)
+
+
+# --------------------------------------------------------------------------------------
+# Hand-computed examples (documentation of the contract)
+# --------------------------------------------------------------------------------------
+
+BASE = 1_704_067_200 * SECOND  # 2024-01-01T00:00:00Z, a multiple of 10 s: windows align
+
+
+def s(seconds: float) -> int:
+    return BASE + int(seconds * SECOND)
+
+
+def test_fast_key_does_not_make_slow_key_late(spark, workdir):
+    # L = 5 s, S = 10 s; times below are seconds after BASE.
+    batches = [
+        # batch 0: no watermark yet, both rows on time. End: wm(a) = 3-5 = -2, wm(b) = 4-5 = -1.
+        [("a", s(3), 1.0), ("b", s(4), 10.0)],
+        # batch 1: a jumps ahead. End: wm(a) = 100-5 = 95, so a's window [0,10) (end 10 <= 95)
+        # is emitted in batch 1 with n=1. wm(b) stays -1: other keys never move it.
+        [("a", s(100), 2.0)],
+        # batch 2: wm_2(a) = 95, wm_2(b) = -1.
+        #   a@50: window [50,60), end 60 <= 95            -> late for a (1 row).
+        #   b@8:  window [0,10),  end 10 >  -1            -> on time, although a is at 95.
+        #   b@16: window [10,20)                           -> on time.
+        # End: wm(b) = 16-5 = 11, so b's [0,10) (end 10 <= 11) is emitted in batch 2 with
+        # rows {4, 8}: n=2, s=30. b's [10,20) and a's [100,110) stay open (1 row each).
+        [("a", s(50), 3.0), ("b", s(8), 20.0), ("b", s(16), 30.0)],
+    ]
+    model = run_model(batches, 5 * SECOND, 10 * SECOND)
+    assert [(w.key, w.start - BASE, w.batch, w.values) for w in model.emitted] == [
+        ("a", 0, 1, (1.0,)),
+        ("b", 0, 2, (10.0, 20.0)),
+    ]
+    assert model.late == {(2, "a"): 1}
+    assert model.open == {("a", s(100)): [2.0], ("b", s(10)): [30.0]}
+
+    rows, progress = replay_and_run(spark, workdir, batches, 5, 10)
+    windows = sorted((r.device, r.start - BASE, r.n, r.s) for r in rows if r.kw_kind == "window")
+    assert windows == [("a", 0, 1, 1.0), ("b", 0, 2, 30.0)]
+    late = [(r.device, r.kw_late_rows, r.wm - BASE) for r in rows if r.kw_kind == "late"]
+    assert late == [("a", 1, 95 * SECOND)]
+    check_against_model(batches, model, rows, progress)
+
+
+def test_same_batch_rows_never_late_and_boundary_closes(spark, workdir):
+    # L = 0 s, S = 10 s; times below are seconds after BASE.
+    batches = [
+        # batch 0: no watermark at the start, so a@3 is on time although a@25 comes first in
+        # the same batch. End: wm(a) = 25 -> [0,10) (end 10 <= 25) emitted in batch 0, n=1.
+        [("a", s(25), 1.0), ("a", s(3), 2.0)],
+        # batch 1: wm_1(a) = 25.
+        #   a@9.999999: window [0,10), end 10 <= 25  -> late.
+        #   a@20:       window [20,30), end 30 > 25  -> on time (joins a@25).
+        #   a@30:       window [30,40)               -> on time.
+        # End: wm(a) = 30 -> [20,30) is emitted (end 30 <= 30: equality closes) with
+        # n=2, s=1+4=5; [30,40) stays open.
+        [("a", s(10) - 1, 3.0), ("a", s(20), 4.0), ("a", s(30), 5.0)],
+    ]
+    model = run_model(batches, 0, 10 * SECOND)
+    assert [(w.start - BASE, w.batch, w.values) for w in model.emitted] == [
+        (0, 0, (2.0,)),
+        (20 * SECOND, 1, (1.0, 4.0)),
+    ]
+    assert model.late == {(1, "a"): 1}
+
+    rows, progress = replay_and_run(spark, workdir, batches, 0, 10)
+    check_against_model(batches, model, rows, progress)
