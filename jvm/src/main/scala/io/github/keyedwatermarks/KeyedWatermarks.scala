@@ -6,7 +6,7 @@ import org.apache.spark.sql.{Column, DataFrame, Encoders, functions => F}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
 
-import io.github.keyedwatermarks.compat.{CatalystAggregation, SparkInternals}
+import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
 import io.github.keyedwatermarks.emission.WindowEmitter
 import io.github.keyedwatermarks.input.{InputPlan, ProjectedInput}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
@@ -124,10 +124,10 @@ final class KeyedWindow private[keyedwatermarks] (
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(analyzed, SparkInternals.output(projected.frame))
     val resultSchema = reference.schema
     val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray)
+    val partials = PartialAggregation(projected.frame, input.keys.size, assigner.sizeMicros, aggregation)
     val plan = OperatorPlan(
       keySchema = projected.keySchema,
-      inputSchema = projected.frame.schema,
-      eventTimeOrdinal = projected.eventTimeOrdinal,
+      partialSchema = partials.schema,
       windows = assigner,
       latenessMicros = watermark.latenessMicros,
       idleTimeoutMillis = watermark.idleTimeoutMillis,
@@ -138,9 +138,9 @@ final class KeyedWindow private[keyedwatermarks] (
     // cannot know when a timer is due), so it is used only when idle_timeout needs timers.
     val timeMode = if (watermark.idleTimeoutMillis.isDefined) TimeMode.ProcessingTime() else TimeMode.None()
     val keyNames = input.keys.indices.map(ProjectedInput.keyColumnName)
-    val out = projected.frame
+    val out = partials
       .groupBy(keyNames.map(F.col): _*)
-      .as(Encoders.row(projected.keySchema), Encoders.row(projected.frame.schema))
+      .as(Encoders.row(projected.keySchema), Encoders.row(partials.schema))
       .transformWithState(new KeyedWindowProcessor(plan), timeMode, OutputMode.Append())(
         Encoders.row(emitter.outputSchema))
       .toDF()

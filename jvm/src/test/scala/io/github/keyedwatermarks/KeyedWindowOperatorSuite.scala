@@ -71,6 +71,36 @@ class KeyedWindowOperatorSuite extends SparkSuite {
     } finally q.stop()
   }
 
+  test("partials of one (key, window) from several input partitions merge to Spark's values") {
+    val input = MemoryStream[Event](spark, 3)(Encoders.product[Event])
+    val aggs = Seq(count(lit(1)).as("n"), sum("temp").as("s"), max("temp").as("hi"),
+      sort_array(collect_list("temp")).as("l"), percentile_approx(col("temp"), lit(0.5), lit(10000)).as("p50"))
+    val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "2 seconds").window("10 seconds")
+      .aggWithReport(aggs: _*)
+    val q = new ManualClockQuery(out, tempDir(), 0L)
+    try {
+      val first = (0 until 60).map(i => ev(s"d${i % 2}", i % 20, i.toDouble))
+      input.addData(first)
+      q.step()
+      val second = (0 until 30).map(i => ev(s"d${i % 2}", 20 + i % 15, 100.0 + i)) ++
+        Seq(ev("d0", 3, -1.0), ev("d1", 19, -2.0)) // d0's row is late (wm 17 >= 10); d1's is not
+      input.addData(second)
+      q.step()
+      val spark2 = spark
+      import spark2.implicits._
+      val onTime = (first ++ second).filterNot(e => e.device == "d0" && e.temp == -1.0).toDF()
+      val closed = windows(q.rows).map(w => (w._1, w._2))
+      val expected = onTime.groupBy($"device", window($"ts", "10 seconds")).agg(aggs.head, aggs.tail: _*)
+        .collect().filter(r => closed.contains((r.getString(0), r.getStruct(1).getTimestamp(0).getTime / 1000)))
+        .map(r => (r.getString(0), r.getStruct(1).getTimestamp(0).getTime / 1000) -> r.toSeq.drop(2)).toMap
+      val actual = q.rows.filter(_.getAs[String]("kw_kind") == "window")
+        .map(r => (r.getString(0), r.getStruct(1).getTimestamp(0).getTime / 1000) -> r.toSeq.slice(2, 7)).toMap
+      assert(closed.size == 6, s"windows [0,10), [10,20), [20,30) of both keys close (wm = 34 - 2): $closed")
+      assert(actual == expected)
+      assert(late(q.rows) == Map("d0" -> 1L))
+    } finally q.stop()
+  }
+
   test("without idle_timeout no timers run: processAllAvailable returns") {
     val input = MemoryStream[Event](Encoders.product[Event], spark)
     val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "0 seconds").window("10 seconds")

@@ -47,7 +47,7 @@ object InputPlan {
 }
 
 /** The projected input: key columns, event time (micros), and the aggregates' input columns. */
-final case class ProjectedInput(frame: DataFrame, keySchema: StructType, eventTimeOrdinal: Int)
+final case class ProjectedInput(frame: DataFrame, keySchema: StructType)
 
 object ProjectedInput {
   /** Key columns are renamed to Avro-safe names: they become the state store's key schema. */
@@ -67,6 +67,6 @@ object ProjectedInput {
       .where(!anyKeyNull && !eventTimeNull)
       .select(columns: _*)
     val keySchema = StructType(projected.schema.take(plan.keys.size))
-    ProjectedInput(projected, keySchema, plan.keys.size)
+    ProjectedInput(projected, keySchema)
   }
 }

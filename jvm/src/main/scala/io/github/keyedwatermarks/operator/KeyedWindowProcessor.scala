@@ -18,8 +18,7 @@ import io.github.keyedwatermarks.window.WindowAssigner
 /** Everything the operator needs, fixed when the query is defined (serialized to executors). */
 final case class OperatorPlan(
     keySchema: StructType,
-    inputSchema: StructType,
-    eventTimeOrdinal: Int,
+    partialSchema: StructType,
     windows: WindowAssigner,
     latenessMicros: Long,
     idleTimeoutMillis: Option[Long],
@@ -27,12 +26,13 @@ final case class OperatorPlan(
     emitter: WindowEmitter)
 
 /**
- * The keyed-watermark windowed aggregation, run by `transformWithState` in ProcessingTime mode
- * (EventTime mode would drop rows behind Spark's *global* watermark before we see them).
- * Called once per key and micro-batch with all of the key's rows of that batch:
+ * The keyed-watermark windowed aggregation, run by `transformWithState` (never in EventTime
+ * mode, which would drop rows behind Spark's *global* watermark before we see them).
+ * Called once per key and micro-batch with the key's partials of that batch (one per input
+ * partition and window, see compat.PartialAggregation):
  *  1. lateness is decided against the key's watermark as it stood at the start of the batch,
- *     per (key, window);
- *  2. on-time rows are folded into one live buffer per window touched by the batch;
+ *     per (key, window): a partial is wholly late or wholly on time;
+ *  2. on-time partials are merged into one live buffer per window touched by the batch;
  *  3. the watermark advances with the batch's rows, then each window it passed is emitted once
  *     and evicted; the others are merged into the state store.
  */
@@ -40,7 +40,9 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
 
   @transient private var state: KeyState = _
   @transient private lazy val keys = new RowConverter(plan.keySchema)
-  @transient private lazy val inputs = new RowConverter(plan.inputSchema)
+  @transient private lazy val partials = new RowConverter(plan.partialSchema)
+  // Partial layout: buffer fields, then window start, row count, max event time (then keys).
+  private val startOrdinal = plan.aggregation.bufferSchema.length
   @transient private lazy val buffers = new RowConverter(plan.aggregation.bufferSchema)
   private def agg = plan.aggregation
 
@@ -64,16 +66,14 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     }
     var late = 0L
     while (rows.hasNext) {
-      val row = rows.next()
-      val eventTime = row.getLong(plan.eventTimeOrdinal)
-      watermark.observe(eventTime)
-      val start = plan.windows.windowStart(eventTime)
+      val partial = partials.toInternal(rows.next())
+      val start = partial.getLong(startOrdinal)
+      watermark.observe(partial.getLong(startOrdinal + 2))
       if (LateRowPolicy.isClosed(plan.windows.windowEnd(start), watermarkAtStart)) {
-        late += 1
+        late += partial.getLong(startOrdinal + 1)
       } else {
-        val input = inputs.toInternal(row)
-        agg.update(touched.getOrElseUpdate(start, open(start)),
-          if (agg.retainsInputReferences) input.copy() else input)
+        agg.merge(touched.getOrElseUpdate(start, open(start)),
+          if (agg.retainsInputReferences) partial.copy() else partial)
       }
     }
 

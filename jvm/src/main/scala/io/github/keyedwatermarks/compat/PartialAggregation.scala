@@ -1,0 +1,145 @@
+package io.github.keyedwatermarks.compat
+
+import java.util.{LinkedHashMap => JLinkedHashMap}
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
+import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
+import org.apache.spark.sql.keyedwatermarks.SparkBridge
+import org.apache.spark.sql.types.LongType
+
+/**
+ * Pre-aggregation before the shuffle, as Spark's own aggregation does: within each input
+ * partition of a micro-batch, rows are folded into one partial per (key, window). Lateness is
+ * decided per (key, window) against the watermark at the start of the batch, so a partial is
+ * wholly on time or wholly late; it carries its row count (for late accounting) and its max
+ * event time (for the watermark). Only partials are shuffled, sorted and handed to the
+ * stateful operator.
+ *
+ * Output layout (the operator relies on it): stored buffer fields b0..bn first (so a partial
+ * row is directly the right-hand side of CatalystAggregation.merge), then window start, row
+ * count, max event time, then the key columns.
+ */
+object PartialAggregation {
+  val WindowStart = "kw_window_start"
+  val Rows = "kw_rows"
+  val MaxEventTime = "kw_max_event_time"
+
+  /**
+   * @param input     rows with the key columns first, then the event time (micros), then the
+   *                  aggregates' inputs
+   * @param keyCount  number of key columns
+   */
+  def apply(input: DataFrame, keyCount: Int, windowSizeMicros: Long, aggregation: CatalystAggregation): DataFrame = {
+    val session = input.sparkSession
+    install(session)
+    val child = SparkInternals.analyzedPlan(input)
+    val inputs = child.output
+    val buffers = aggregation.bufferSchema.map(f => AttributeReference(f.name, f.dataType, nullable = true)())
+    val meta = Seq(WindowStart, Rows, MaxEventTime).map(n => AttributeReference(n, LongType, nullable = false)())
+    val node = KeyedPartialAggregate(
+      inputs.take(keyCount), inputs(keyCount), windowSizeMicros, aggregation, inputs,
+      buffers ++ meta ++ inputs.take(keyCount), child)
+    SparkBridge.ofRows(session, node)
+  }
+
+  private def install(session: SparkSession): Unit = synchronized {
+    val experimental = session.experimental
+    if (!experimental.extraStrategies.contains(KeyedPartialAggregateStrategy)) {
+      experimental.extraStrategies = experimental.extraStrategies :+ KeyedPartialAggregateStrategy
+    }
+  }
+}
+
+/** Logical node; `inputs` lists every column read so column pruning keeps them. */
+case class KeyedPartialAggregate(
+    keys: Seq[Attribute],
+    eventTime: Attribute,
+    windowSizeMicros: Long,
+    aggregation: CatalystAggregation,
+    inputs: Seq[Attribute],
+    output: Seq[Attribute],
+    child: LogicalPlan) extends UnaryNode {
+  override protected def withNewChildInternal(newChild: LogicalPlan): KeyedPartialAggregate = copy(child = newChild)
+  override def producedAttributes: AttributeSet = AttributeSet(output.filterNot(keys.contains))
+}
+
+object KeyedPartialAggregateStrategy extends SparkStrategy {
+  override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
+    case p: KeyedPartialAggregate =>
+      KeyedPartialAggregateExec(p.keys, p.eventTime, p.windowSizeMicros, p.aggregation, p.inputs, p.output,
+        planLater(p.child)) :: Nil
+    case _ => Nil
+  }
+}
+
+case class KeyedPartialAggregateExec(
+    keys: Seq[Attribute],
+    eventTime: Attribute,
+    windowSizeMicros: Long,
+    aggregation: CatalystAggregation,
+    inputs: Seq[Attribute],
+    output: Seq[Attribute],
+    child: SparkPlan) extends UnaryExecNode {
+
+  override protected def withNewChildInternal(newChild: SparkPlan): KeyedPartialAggregateExec = copy(child = newChild)
+  override def producedAttributes: AttributeSet = AttributeSet(output.filterNot(keys.contains))
+
+  override protected def doExecute(): RDD[InternalRow] = {
+    val agg = aggregation
+    val size = windowSizeMicros
+    val childOutput = child.output
+    val in = inputs
+    val keyAttrs = keys
+    val ts = eventTime
+    val outAttrs = output
+    child.execute().mapPartitions { rows =>
+      val reorder: InternalRow => InternalRow =
+        if (childOutput.map(_.exprId) == in.map(_.exprId)) identity else UnsafeProjection.create(in, childOutput)
+      // (keys..., window start): same epoch-aligned start as TumblingWindows.windowStart.
+      val windowStart = Subtract(ts, Pmod(ts, Literal(size)))
+      val groupKey = UnsafeProjection.create(keyAttrs :+ windowStart, in)
+      val tsOrdinal = in.indexWhere(_.exprId == ts.exprId)
+      val partials = new JLinkedHashMap[UnsafeRow, Partial]()
+      while (rows.hasNext) {
+        val row = reorder(rows.next())
+        val key = groupKey(row)
+        var partial = partials.get(key)
+        if (partial == null) {
+          partial = new Partial(agg.newBuffer())
+          partials.put(key.copy(), partial)
+        }
+        agg.update(partial.buffer, if (agg.retainsInputReferences) row.copy() else row)
+        partial.rows += 1
+        val t = row.getLong(tsOrdinal)
+        if (t > partial.maxEventTime) partial.maxEventTime = t
+      }
+      val n = keyAttrs.size
+      val project = UnsafeProjection.create(
+        outAttrs.indices.map(i => BoundReference(i, outAttrs(i).dataType, outAttrs(i).nullable)))
+      val meta = new SpecificInternalRow(Seq(LongType, LongType, LongType))
+      val keyPart = new SpecificInternalRow(keyAttrs.map(_.dataType))
+      partials.entrySet().iterator().asScala.map { e =>
+        val key = e.getKey
+        val p = e.getValue
+        meta.setLong(0, key.getLong(n))
+        meta.setLong(1, p.rows)
+        meta.setLong(2, p.maxEventTime)
+        var i = 0
+        while (i < n) { keyPart.update(i, key.get(i, keyAttrs(i).dataType)); i += 1 }
+        project(new JoinedRow(new JoinedRow(agg.toStored(p.buffer), meta), keyPart))
+      }
+    }
+  }
+}
+
+/** One (key, window)'s partial within a partition: live buffer, row count, max event time. */
+private final class Partial(val buffer: InternalRow) {
+  var rows: Long = 0L
+  var maxEventTime: Long = Long.MinValue
+}
