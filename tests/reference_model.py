@@ -1,11 +1,12 @@
 """Pure-Python reference model of docs/semantics.md (no Spark): the test oracle.
 
 Input: micro-batches (lists of ``(key, event_time_micros, value)`` rows; key and time may be
-None), lateness ``L`` and window size ``S`` in microseconds. Per key ``k``:
+None), lateness ``L``, window size ``S`` and optional slide in microseconds. Per key ``k``:
 
 - ``wm(k) = max event time seen for k - L``, undefined before k's first row;
-- a row of batch ``N`` is late when ``wm(k)`` at the *start* of batch N is defined and its
-  window's end ``<= wm(k)``; late rows are counted, not aggregated;
+- a row of batch ``N`` goes into each of its windows whose end is ``> wm(k)`` at the *start*
+  of batch N (or all of them while wm(k) is undefined); it is late when none is left; late
+  rows are counted, not aggregated;
 - at the *end* of batch N, ``wm(k)`` advances with all of k's rows of the batch, then every
   open window of k with ``end <= wm(k)`` is emitted (in batch N) and dropped.
 """
@@ -61,7 +62,17 @@ def window_start(t: int, size: int) -> int:
     return t - t % size
 
 
-def run_model(batches: Sequence[Sequence[Row]], lateness: int, size: int) -> ModelResult:
+def window_starts(t: int, size: int, slide: Optional[int] = None) -> List[int]:
+    """Starts of every window [start, start + size) holding t, latest first (Spark's bounds)."""
+    slide = slide or size
+    last = t - t % slide
+    return [s for s in range(last, t - size, -slide)]
+
+
+def run_model(
+    batches: Sequence[Sequence[Row]], lateness: int, size: int, slide: Optional[int] = None
+) -> ModelResult:
+    """``slide`` (micros, <= size) makes the windows sliding; None means tumbling."""
     res = ModelResult()
     max_time: Dict[Hashable, int] = {}  # key -> max event time seen (wm defined iff present)
 
@@ -76,12 +87,14 @@ def run_model(batches: Sequence[Sequence[Row]], lateness: int, size: int) -> Mod
                 res.invalid += 1
                 continue
             batch_max[key] = max(t, batch_max.get(key, t))
-            start = window_start(t, size)
             w = wm_start.get(key)
-            if w is not None and start + size <= w:
+            # The row goes into each of its windows that is still open; it is late only when
+            # all of them are closed.
+            open_starts = [s for s in window_starts(t, size, slide) if w is None or s + size > w]
+            if not open_starts:
                 res.late[(n, key)] = res.late.get((n, key), 0) + 1
                 res.late_watermark[(n, key)] = w
-            else:
+            for start in open_starts:
                 res.open.setdefault((key, start), []).append(value)
         # End of batch: advance the watermarks, then emit every window they passed.
         for key, t in batch_max.items():

@@ -271,3 +271,13 @@ def test_session_without_jar_raises_clear_error(tmp_path):
     assert "the keyed-watermarks jar is not on this SparkSession's classpath" in err, err[-3000:]
     assert "keyed_watermarks.configure(SparkSession.builder)" in err
     assert "--jars" in err and ".jar" in err
+
+
+def test_slide_larger_than_window(events):
+    with pytest.raises(IllegalArgumentException, match="slide: must be positive and at most the window size"):
+        _keyed(events).window("10 seconds", slide="11 seconds")
+
+
+def test_bad_slide_duration(events):
+    with pytest.raises(IllegalArgumentException, match="slide: 'often' is not a valid duration"):
+        _keyed(events).window("10 seconds", slide="often")

@@ -21,7 +21,7 @@ import math
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 from pyspark.errors import IllegalArgumentException
@@ -356,20 +356,22 @@ def no_late_stream(seed: int, keys: Sequence[Tuple[str, str]], batches: int, jit
     return out
 
 
-def compare_with_spark(spark, workdir, batches, keys: List[str]):
+def compare_with_spark(spark, workdir, batches, keys: List[str], slide: Optional[str] = None):
     replay = Replay(spark, workdir, STREAM_SCHEMA)
     replay.add_all([(s, d, ts(t), temp) for s, d, t, temp in b] for b in batches)
     events = replay.stream()
 
     ours_df, ours_progress = run(
         kw.keyed_watermark(events, key=keys if len(keys) > 1 else keys[0], event_time="ts", lateness=LATENESS)
-        .window(SIZE)
+        .window(SIZE, slide=slide)
         .agg(*stream_aggs()),
         workdir,
         "ours",
     )
     spark_df, spark_progress = run(
-        events.withWatermark("ts", LATENESS).groupBy(*keys, F.window("ts", SIZE)).agg(*stream_aggs()),
+        events.withWatermark("ts", LATENESS)
+        .groupBy(*keys, F.window("ts", SIZE) if slide is None else F.window("ts", SIZE, slide))
+        .agg(*stream_aggs()),
         workdir,
         "spark",
     )
@@ -402,7 +404,8 @@ def compare_with_spark(spark, workdir, batches, keys: List[str]):
         for s, d, t, _ in b
         if window_start(t) + SIZE_US <= final_wm
     }
-    assert set(theirs) == expected
+    if slide is None:
+        assert set(theirs) == expected
     assert set(ours) == set(theirs)
     for key in sorted(ours):
         a, b = ours[key], theirs[key]
@@ -423,6 +426,14 @@ def test_single_key_matches_spark_streaming(spark, workdir, seed, jitter_us):
     batches = no_late_stream(seed, [("s1", "a")], batches=6, jitter_us=jitter_us)
     out = compare_with_spark(spark, workdir, batches, ["device"])
     assert len(out) >= 3
+
+
+def test_sliding_windows_match_spark_streaming(spark, workdir):
+    # In order (jitter 0), so none of a row's sliding windows is late by either rule.
+    keys = [("s1", "a"), ("s2", "b")]
+    batches = no_late_stream(31, keys, batches=6, jitter_us=0)
+    out = compare_with_spark(spark, workdir, batches, ["device"], slide="5 seconds")
+    assert len(out) >= 8
 
 
 def test_composite_key_matches_spark_streaming(spark, workdir):

@@ -47,7 +47,7 @@ def _names(option: str, value: Union[str, Sequence[str]]) -> List[str]:
 
 
 class KeyedWindow:
-    """Tumbling windows per key. Build the result with :meth:`agg`."""
+    """Tumbling or sliding windows per key. Build the result with :meth:`agg`."""
 
     def __init__(self, jwindow: Any, events: DataFrame) -> None:
         self._jwindow = jwindow
@@ -129,11 +129,17 @@ class KeyedWatermark:
             _duration("idle_timeout", idle_timeout),
         )
 
-    def window(self, size: Duration) -> KeyedWindow:
-        """Tumbling windows of ``size`` (bounds equal Spark's ``F.window(ts, size)``)."""
+    def window(self, size: Duration, slide: Optional[Duration] = None) -> KeyedWindow:
+        """Windows of ``size`` per key: tumbling, or sliding every ``slide``.
+
+        Window bounds equal Spark's ``F.window(ts, size)`` / ``F.window(ts, size, slide)``.
+        With sliding windows a row goes into each of its windows that is still open and
+        counts as late only when all of them are closed.
+        """
         if size is None:
             raise PySparkValueError(message="window: a size is required, e.g. '10 seconds'")
-        return KeyedWindow(self._jwatermark.window(_duration("window", size)), self._events)
+        jwindow = self._jwatermark.window(_duration("window", size), _duration("slide", slide))
+        return KeyedWindow(jwindow, self._events)
 
 
 def keyed_watermark(

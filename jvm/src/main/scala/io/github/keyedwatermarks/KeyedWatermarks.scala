@@ -10,7 +10,7 @@ import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation
 import io.github.keyedwatermarks.emission.WindowEmitter
 import io.github.keyedwatermarks.input.{InputPlan, ProjectedInput}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
-import io.github.keyedwatermarks.window.TumblingWindows
+import io.github.keyedwatermarks.window.{SlidingWindows, TumblingWindows, WindowAssigner}
 
 /**
  * Entry point for Scala and (through py4j-friendly overloads) Python.
@@ -53,6 +53,8 @@ object KeyedWatermarks {
       idleTimeout: String): KeyedWatermark =
     apply(events, keys.asScala.toSeq, eventTime, lateness, Option(idleTimeout))
 
+  def window(watermark: KeyedWatermark, size: String, slide: String): KeyedWindow = watermark.window(size, slide)
+
   def agg(window: KeyedWindow, aggs: java.util.List[Column], withReport: Boolean): DataFrame =
     if (withReport) window.aggWithReport(aggs.asScala.toSeq: _*) else window.agg(aggs.asScala.toSeq: _*)
 
@@ -78,18 +80,32 @@ final class KeyedWatermark private[keyedwatermarks] (
     val idleTimeoutMillis: Option[Long]) {
 
   /** Tumbling windows of the given size (a Spark duration string, e.g. "10 seconds"). */
-  def window(windowDuration: String): KeyedWindow = {
+  def window(windowDuration: String): KeyedWindow = window(windowDuration, null)
+
+  /**
+   * Sliding windows of `windowDuration` starting every `slideDuration` (null: tumbling), with
+   * the bounds of Spark's `window(ts, windowDuration, slideDuration)`.
+   */
+  def window(windowDuration: String, slideDuration: String): KeyedWindow = {
     val size = SparkInternals.durationMicros("window", windowDuration)
     if (size <= 0) throw new IllegalArgumentException(s"window: size must be positive, got '$windowDuration'")
-    new KeyedWindow(this, windowDuration, TumblingWindows(size))
+    Option(slideDuration) match {
+      case None => new KeyedWindow(this, F.window(input.eventTimeColumn, windowDuration), TumblingWindows(size))
+      case Some(slide) =>
+        val slideMicros = SparkInternals.durationMicros("slide", slide)
+        if (slideMicros <= 0 || slideMicros > size) throw new IllegalArgumentException(
+          s"slide: must be positive and at most the window size '$windowDuration', got '$slide'")
+        new KeyedWindow(this, F.window(input.eventTimeColumn, windowDuration, slide),
+          if (slideMicros == size) TumblingWindows(size) else SlidingWindows(size, slideMicros))
+    }
   }
 }
 
 /** Windows per key; `agg` builds the streaming result. */
 final class KeyedWindow private[keyedwatermarks] (
     watermark: KeyedWatermark,
-    windowDuration: String,
-    assigner: TumblingWindows) {
+    windowColumn: Column,
+    assigner: WindowAssigner) {
 
   /**
    * Append-mode result with exactly the columns of
@@ -113,7 +129,7 @@ final class KeyedWindow private[keyedwatermarks] (
     // Spark resolves and type-checks the aggregates exactly as for a batch groupBy; a
     // non-aggregate expression fails here with Spark's own AnalysisException.
     val reference = input.events
-      .groupBy(input.keyColumns :+ F.window(input.eventTimeColumn, windowDuration): _*)
+      .groupBy(input.keyColumns :+ windowColumn: _*)
       .agg(aggs.head, aggs.tail: _*)
     val analyzed = SparkInternals.analyzedPlan(reference)
     val eventColumns = SparkInternals.output(input.events)
@@ -124,7 +140,7 @@ final class KeyedWindow private[keyedwatermarks] (
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(analyzed, SparkInternals.output(projected.frame))
     val resultSchema = reference.schema
     val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray)
-    val partials = PartialAggregation(projected.frame, input.keys.size, assigner.sizeMicros, aggregation)
+    val partials = PartialAggregation(projected.frame, input.keys.size, assigner, aggregation)
     val plan = OperatorPlan(
       keySchema = projected.keySchema,
       partialSchema = partials.schema,

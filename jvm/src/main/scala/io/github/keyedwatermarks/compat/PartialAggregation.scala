@@ -13,6 +13,8 @@ import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
 import org.apache.spark.sql.types.LongType
 
+import io.github.keyedwatermarks.window.WindowAssigner
+
 /**
  * Pre-aggregation before the shuffle, as Spark's own aggregation does: within each input
  * partition of a micro-batch, rows are folded into one partial per (key, window). Lateness is
@@ -23,7 +25,9 @@ import org.apache.spark.sql.types.LongType
  *
  * Output layout (the operator relies on it): stored buffer fields b0..bn first (so a partial
  * row is directly the right-hand side of CatalystAggregation.merge), then window start, row
- * count, max event time, then the key columns.
+ * count, max event time, then the key columns. `kw_rows` counts the rows whose *last* window
+ * is this one, so that with sliding windows a row counts as late only when all its windows
+ * are closed.
  */
 object PartialAggregation {
   val WindowStart = "kw_window_start"
@@ -35,7 +39,7 @@ object PartialAggregation {
    *                  aggregates' inputs
    * @param keyCount  number of key columns
    */
-  def apply(input: DataFrame, keyCount: Int, windowSizeMicros: Long, aggregation: CatalystAggregation): DataFrame = {
+  def apply(input: DataFrame, keyCount: Int, windows: WindowAssigner, aggregation: CatalystAggregation): DataFrame = {
     val session = input.sparkSession
     install(session)
     val child = SparkInternals.analyzedPlan(input)
@@ -43,7 +47,7 @@ object PartialAggregation {
     val buffers = aggregation.bufferSchema.map(f => AttributeReference(f.name, f.dataType, nullable = true)())
     val meta = Seq(WindowStart, Rows, MaxEventTime).map(n => AttributeReference(n, LongType, nullable = false)())
     val node = KeyedPartialAggregate(
-      inputs.take(keyCount), inputs(keyCount), windowSizeMicros, aggregation, inputs,
+      inputs.take(keyCount), inputs(keyCount), windows, aggregation, inputs,
       buffers ++ meta ++ inputs.take(keyCount), child)
     SparkBridge.ofRows(session, node)
   }
@@ -60,7 +64,7 @@ object PartialAggregation {
 case class KeyedPartialAggregate(
     keys: Seq[Attribute],
     eventTime: Attribute,
-    windowSizeMicros: Long,
+    windows: WindowAssigner,
     aggregation: CatalystAggregation,
     inputs: Seq[Attribute],
     output: Seq[Attribute],
@@ -72,7 +76,7 @@ case class KeyedPartialAggregate(
 object KeyedPartialAggregateStrategy extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case p: KeyedPartialAggregate =>
-      KeyedPartialAggregateExec(p.keys, p.eventTime, p.windowSizeMicros, p.aggregation, p.inputs, p.output,
+      KeyedPartialAggregateExec(p.keys, p.eventTime, p.windows, p.aggregation, p.inputs, p.output,
         planLater(p.child)) :: Nil
     case _ => Nil
   }
@@ -81,7 +85,7 @@ object KeyedPartialAggregateStrategy extends SparkStrategy {
 case class KeyedPartialAggregateExec(
     keys: Seq[Attribute],
     eventTime: Attribute,
-    windowSizeMicros: Long,
+    windows: WindowAssigner,
     aggregation: CatalystAggregation,
     inputs: Seq[Attribute],
     output: Seq[Attribute],
@@ -92,7 +96,7 @@ case class KeyedPartialAggregateExec(
 
   override protected def doExecute(): RDD[InternalRow] = {
     val agg = aggregation
-    val size = windowSizeMicros
+    val assigner = windows
     val childOutput = child.output
     val in = inputs
     val keyAttrs = keys
@@ -101,23 +105,32 @@ case class KeyedPartialAggregateExec(
     child.execute().mapPartitions { rows =>
       val reorder: InternalRow => InternalRow =
         if (childOutput.map(_.exprId) == in.map(_.exprId)) identity else UnsafeProjection.create(in, childOutput)
-      // (keys..., window start): same epoch-aligned start as TumblingWindows.windowStart.
-      val windowStart = Subtract(ts, Pmod(ts, Literal(size)))
-      val groupKey = UnsafeProjection.create(keyAttrs :+ windowStart, in)
+      // Grouping key (keys..., window start) over JoinedRow(input row, window start).
+      val windowStart = new SpecificInternalRow(Seq(LongType))
+      val withStart = new JoinedRow
+      val groupKey = UnsafeProjection.create(
+        keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+ BoundReference(in.size, LongType, nullable = false))
       val tsOrdinal = in.indexWhere(_.exprId == ts.exprId)
       val partials = new JLinkedHashMap[UnsafeRow, Partial]()
       while (rows.hasNext) {
-        val row = reorder(rows.next())
-        val key = groupKey(row)
-        var partial = partials.get(key)
-        if (partial == null) {
-          partial = new Partial(agg.newBuffer())
-          partials.put(key.copy(), partial)
-        }
-        agg.update(partial.buffer, if (agg.retainsInputReferences) row.copy() else row)
-        partial.rows += 1
+        val row0 = reorder(rows.next())
+        val row = if (agg.retainsInputReferences) row0.copy() else row0
         val t = row.getLong(tsOrdinal)
-        if (t > partial.maxEventTime) partial.maxEventTime = t
+        var last = true
+        assigner.foreachWindowStart(t) { start =>
+          windowStart.setLong(0, start)
+          val key = groupKey(withStart(row, windowStart))
+          var partial = partials.get(key)
+          if (partial == null) {
+            partial = new Partial(agg.newBuffer())
+            partials.put(key.copy(), partial)
+          }
+          agg.update(partial.buffer, row)
+          // A row is counted (for late accounting) in its last window only: it is late iff
+          // that window, the last of its windows to close, is closed.
+          if (last) { partial.rows += 1; last = false }
+          if (t > partial.maxEventTime) partial.maxEventTime = t
+        }
       }
       val n = keyAttrs.size
       val project = UnsafeProjection.create(

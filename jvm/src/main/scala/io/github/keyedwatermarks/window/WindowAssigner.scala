@@ -1,22 +1,53 @@
 package io.github.keyedwatermarks.window
 
 /**
- * Assigns an event time (microseconds) to its window. Windows are [start, start + size),
- * aligned to the Unix epoch exactly as Spark's `F.window(ts, size)` aligns them, so our window
- * bounds equal Spark's.
+ * Assigns an event time (microseconds) to its windows. Windows are [start, start + size),
+ * with starts aligned to the Unix epoch exactly as Spark's `F.window(ts, size[, slide])`
+ * aligns them, so our window bounds equal Spark's.
  */
 sealed trait WindowAssigner extends Serializable {
-  /** Start of the window holding `eventTime`. */
-  def windowStart(eventTime: Long): Long
+  def sizeMicros: Long
+
+  /** Start of the last (latest-starting) window holding `eventTime`. */
+  def lastWindowStart(eventTime: Long): Long
+
+  /** Distance between consecutive window starts (= size for tumbling windows). */
+  def slideMicros: Long
+
+  /**
+   * Calls `f` with the start of every window holding `eventTime`, latest first. A row belongs
+   * to ceil(size / slide) or fewer windows; the first one passed is its last window, the one
+   * that closes last.
+   */
+  @inline final def foreachWindowStart(eventTime: Long)(f: Long => Unit): Unit = {
+    var start = lastWindowStart(eventTime)
+    while (start + sizeMicros > eventTime) {
+      f(start)
+      start -= slideMicros
+    }
+  }
+
   /** End (exclusive) of the window starting at `start`. */
-  def windowEnd(start: Long): Long
+  final def windowEnd(start: Long): Long = start + sizeMicros
 }
 
 /** Fixed-size, non-overlapping windows. */
 final case class TumblingWindows(sizeMicros: Long) extends WindowAssigner {
   require(sizeMicros > 0, s"window size must be positive, got $sizeMicros microseconds")
 
-  override def windowStart(eventTime: Long): Long = eventTime - Math.floorMod(eventTime, sizeMicros)
+  override def slideMicros: Long = sizeMicros
 
-  override def windowEnd(start: Long): Long = start + sizeMicros
+  override def lastWindowStart(eventTime: Long): Long = eventTime - Math.floorMod(eventTime, sizeMicros)
+
+  /** The only window holding `eventTime`. */
+  def windowStart(eventTime: Long): Long = lastWindowStart(eventTime)
+}
+
+/** Fixed-size windows starting every `slide`; a row belongs to every window that covers it. */
+final case class SlidingWindows(sizeMicros: Long, slideMicros: Long) extends WindowAssigner {
+  require(sizeMicros > 0, s"window size must be positive, got $sizeMicros microseconds")
+  require(slideMicros > 0 && slideMicros <= sizeMicros,
+    s"slide must be positive and at most the window size, got $slideMicros for size $sizeMicros")
+
+  override def lastWindowStart(eventTime: Long): Long = eventTime - Math.floorMod(eventTime, slideMicros)
 }
