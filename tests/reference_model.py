@@ -37,6 +37,8 @@ class ModelResult:
     late: Dict[Tuple[int, Hashable], int] = field(default_factory=dict)
     # (batch, key) -> wm(key) at the start of that batch, for the entries of `late`
     late_watermark: Dict[Tuple[int, Hashable], Optional[int]] = field(default_factory=dict)
+    # the late rows themselves: (batch, key, event time, value)
+    late_rows: List[Tuple[int, Hashable, int, Any]] = field(default_factory=list)
     invalid: int = 0  # rows with a null key or a null event time
     # windows still in state after the last batch: (key, start) -> on-time values
     open: Dict[Tuple[Hashable, int], List[Any]] = field(default_factory=dict)
@@ -94,6 +96,7 @@ def run_model(
             if not open_starts:
                 res.late[(n, key)] = res.late.get((n, key), 0) + 1
                 res.late_watermark[(n, key)] = w
+                res.late_rows.append((n, key, t, value))
             for start in open_starts:
                 res.open.setdefault((key, start), []).append(value)
         # End of batch: advance the watermarks, then emit every window they passed.

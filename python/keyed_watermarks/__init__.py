@@ -7,6 +7,15 @@
 
 from keyed_watermarks._jvm import configure, jar_path
 from keyed_watermarks.keyed import KeyedWatermark, KeyedWindow, keyed_watermark
+from keyed_watermarks.report import foreach_batch, split_report
 
 __version__ = "0.1.0"
-__all__ = ["configure", "jar_path", "keyed_watermark", "KeyedWatermark", "KeyedWindow"]
+__all__ = [
+    "configure",
+    "jar_path",
+    "keyed_watermark",
+    "KeyedWatermark",
+    "KeyedWindow",
+    "split_report",
+    "foreach_batch",
+]

@@ -53,7 +53,7 @@ class KeyedWindow:
         self._jwindow = jwindow
         self._events = events
 
-    def _agg(self, cols: Sequence[Column], report: bool) -> DataFrame:
+    def _agg(self, cols: Sequence[Column], report: bool, keep_late_rows: bool = False) -> DataFrame:
         if not cols:
             raise PySparkValueError(message="agg: at least one aggregate column is required")
         for c in cols:
@@ -66,7 +66,7 @@ class KeyedWindow:
         jcols = sc._jvm.java.util.ArrayList()
         for c in cols:
             jcols.add(c._jc)
-        jdf = facade(self._events).agg(self._jwindow, jcols, report)
+        jdf = facade(self._events).agg(self._jwindow, jcols, report, keep_late_rows)
         return DataFrame(jdf, spark)
 
     def agg(self, *cols: Column) -> DataFrame:
@@ -85,14 +85,32 @@ class KeyedWindow:
         """
         return self._agg(cols, report=False)
 
-    def agg_with_report(self, *cols: Column) -> DataFrame:
+    def agg_with_report(self, *cols: Column, keep_late_rows: bool = False) -> DataFrame:
         """Like :meth:`agg`, plus report rows and columns.
 
         Adds ``kw_kind`` (``'window'`` for a result row, ``'late'`` for a per-key, per-batch
         count of late rows that were left out), ``kw_late_rows`` and ``kw_watermark`` (the
         key's watermark at the start of the micro-batch).
+
+        With ``keep_late_rows=True`` every late row is emitted too, as a ``'late_row'`` row
+        with ``kw_late_row`` (a struct of the input's original columns) and ``kw_reason``.
+        Split the stream into results and late rows with :func:`keyed_watermarks.split_report`
+        or write both from one query with :func:`keyed_watermarks.foreach_batch`:
+
+        >>> report = (kw.keyed_watermark(events, key="device", event_time="ts",
+        ...                              lateness="5 seconds")
+        ...           .window("10 seconds")
+        ...           .agg_with_report(F.count("*").alias("n"), keep_late_rows=True))
+        >>> query = report.writeStream.foreachBatch(kw.foreach_batch(
+        ...     results=lambda df, batch_id: df.write.mode("append").parquet(results_path),
+        ...     late_rows=lambda df, batch_id: df.write.mode("append").parquet(dead_letter_path),
+        ... )).start()  # doctest: +SKIP
         """
-        return self._agg(cols, report=True)
+        if not isinstance(keep_late_rows, bool):
+            raise PySparkTypeError(
+                message=f"keep_late_rows: expected a bool, got {type(keep_late_rows).__name__}"
+            )
+        return self._agg(cols, report=True, keep_late_rows=keep_late_rows)
 
 
 class KeyedWatermark:

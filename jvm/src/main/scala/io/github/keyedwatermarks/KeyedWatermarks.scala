@@ -55,8 +55,8 @@ object KeyedWatermarks {
 
   def window(watermark: KeyedWatermark, size: String, slide: String): KeyedWindow = watermark.window(size, slide)
 
-  def agg(window: KeyedWindow, aggs: java.util.List[Column], withReport: Boolean): DataFrame =
-    if (withReport) window.aggWithReport(aggs.asScala.toSeq: _*) else window.agg(aggs.asScala.toSeq: _*)
+  def agg(window: KeyedWindow, aggs: java.util.List[Column], withReport: Boolean, keepLateRows: Boolean): DataFrame =
+    if (withReport) window.aggWithReport(keepLateRows, aggs.asScala.toSeq: _*) else window.agg(aggs.asScala.toSeq: _*)
 
   val RocksDbProvider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -117,12 +117,19 @@ final class KeyedWindow private[keyedwatermarks] (
     all.where(all.col(WindowEmitter.KindColumn) === "window").drop(WindowEmitter.ReportColumns: _*)
   }
 
+  def aggWithReport(aggs: Column*): DataFrame = aggWithReport(keepLateRows = false, aggs: _*)
+
   /**
    * The result rows plus report rows: adds `kw_kind` ("window" or "late"), `kw_late_rows` and
    * `kw_watermark` (the key's watermark at the start of the batch). A "late" row per key and
    * batch counts the key's late rows, which were left out of the aggregates.
+   *
+   * With `keepLateRows`, every late row is also emitted as a "late_row" row carrying the
+   * original row (`kw_late_row`, a struct of the input's columns) and `kw_reason`, so that one
+   * query can write results and late rows to two sinks. Kept rows travel through the shuffle
+   * with the partials, so this costs throughput.
    */
-  def aggWithReport(aggs: Column*): DataFrame = {
+  def aggWithReport(keepLateRows: Boolean, aggs: Column*): DataFrame = {
     if (aggs.isEmpty) throw new IllegalArgumentException("agg: at least one aggregate column is required")
     val input = watermark.input
     KeyedWatermarks.requireRocksDb(input.events)
@@ -136,17 +143,19 @@ final class KeyedWindow private[keyedwatermarks] (
     val referenced = analyzed.flatMap(_.expressions).flatMap(_.collect { case ae: AggregateExpression => ae })
       .flatMap(_.references).map(_.exprId).toSet
     val aggregateInputs = eventColumns.filter(a => referenced.contains(a.exprId)).map(_.name)
-    val projected = ProjectedInput(input, aggregateInputs)
+    val projected = ProjectedInput(input, aggregateInputs, keepLateRows)
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(analyzed, SparkInternals.output(projected.frame))
     val resultSchema = reference.schema
-    val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray)
-    val partials = PartialAggregation(projected.frame, input.keys.size, assigner, aggregation)
+    val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray,
+      if (keepLateRows) Some(input.events.schema) else None)
+    val partials = PartialAggregation(projected.frame, input.keys.size, assigner, aggregation, keepLateRows)
     val plan = OperatorPlan(
       keySchema = projected.keySchema,
       partialSchema = partials.schema,
       windows = assigner,
       latenessMicros = watermark.latenessMicros,
       idleTimeoutMillis = watermark.idleTimeoutMillis,
+      keepLateRows = keepLateRows,
       aggregation = aggregation,
       emitter = emitter)
     // Keyed logic never uses Spark's event-time mode (it would drop rows behind the *global*

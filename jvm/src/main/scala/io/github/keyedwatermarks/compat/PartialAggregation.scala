@@ -11,7 +11,8 @@ import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
-import org.apache.spark.sql.types.LongType
+import org.apache.spark.sql.catalyst.util.{ArrayData, GenericArrayData}
+import org.apache.spark.sql.types.{ArrayType, LongType, StructType}
 
 import io.github.keyedwatermarks.window.WindowAssigner
 
@@ -33,22 +34,33 @@ object PartialAggregation {
   val WindowStart = "kw_window_start"
   val Rows = "kw_rows"
   val MaxEventTime = "kw_max_event_time"
+  val KeptRows = "kw_kept_rows"
 
   /**
    * @param input     rows with the key columns first, then the event time (micros), then the
    *                  aggregates' inputs
    * @param keyCount  number of key columns
+   * @param keepRows  the last input column is the original row (a struct): keep each row in
+   *                  the partial that counts it, as a last column `kw_kept_rows`, so that the
+   *                  operator can emit it if it turns out late
    */
-  def apply(input: DataFrame, keyCount: Int, windows: WindowAssigner, aggregation: CatalystAggregation): DataFrame = {
+  def apply(
+      input: DataFrame,
+      keyCount: Int,
+      windows: WindowAssigner,
+      aggregation: CatalystAggregation,
+      keepRows: Boolean): DataFrame = {
     val session = input.sparkSession
     install(session)
     val child = SparkInternals.analyzedPlan(input)
     val inputs = child.output
     val buffers = aggregation.bufferSchema.map(f => AttributeReference(f.name, f.dataType, nullable = true)())
     val meta = Seq(WindowStart, Rows, MaxEventTime).map(n => AttributeReference(n, LongType, nullable = false)())
+    val kept = if (keepRows) Some(inputs.last) else None
+    val keptOut = kept.map(a => AttributeReference(KeptRows, ArrayType(a.dataType, containsNull = false))()).toSeq
     val node = KeyedPartialAggregate(
-      inputs.take(keyCount), inputs(keyCount), windows, aggregation, inputs,
-      buffers ++ meta ++ inputs.take(keyCount), child)
+      inputs.take(keyCount), inputs(keyCount), kept, windows, aggregation, inputs,
+      buffers ++ meta ++ inputs.take(keyCount) ++ keptOut, child)
     SparkBridge.ofRows(session, node)
   }
 
@@ -64,6 +76,7 @@ object PartialAggregation {
 case class KeyedPartialAggregate(
     keys: Seq[Attribute],
     eventTime: Attribute,
+    keptRow: Option[Attribute],
     windows: WindowAssigner,
     aggregation: CatalystAggregation,
     inputs: Seq[Attribute],
@@ -76,7 +89,7 @@ case class KeyedPartialAggregate(
 object KeyedPartialAggregateStrategy extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case p: KeyedPartialAggregate =>
-      KeyedPartialAggregateExec(p.keys, p.eventTime, p.windows, p.aggregation, p.inputs, p.output,
+      KeyedPartialAggregateExec(p.keys, p.eventTime, p.keptRow, p.windows, p.aggregation, p.inputs, p.output,
         planLater(p.child)) :: Nil
     case _ => Nil
   }
@@ -85,6 +98,7 @@ object KeyedPartialAggregateStrategy extends SparkStrategy {
 case class KeyedPartialAggregateExec(
     keys: Seq[Attribute],
     eventTime: Attribute,
+    keptRow: Option[Attribute],
     windows: WindowAssigner,
     aggregation: CatalystAggregation,
     inputs: Seq[Attribute],
@@ -102,6 +116,7 @@ case class KeyedPartialAggregateExec(
     val keyAttrs = keys
     val ts = eventTime
     val outAttrs = output
+    val kept = keptRow
     child.execute().mapPartitions { rows =>
       val reorder: InternalRow => InternalRow =
         if (childOutput.map(_.exprId) == in.map(_.exprId)) identity else UnsafeProjection.create(in, childOutput)
@@ -111,6 +126,8 @@ case class KeyedPartialAggregateExec(
       val groupKey = UnsafeProjection.create(
         keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+ BoundReference(in.size, LongType, nullable = false))
       val tsOrdinal = in.indexWhere(_.exprId == ts.exprId)
+      val keptOrdinal = kept.map(k => in.indexWhere(_.exprId == k.exprId)).getOrElse(-1)
+      val keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0)
       val partials = new JLinkedHashMap[UnsafeRow, Partial]()
       while (rows.hasNext) {
         val row0 = reorder(rows.next())
@@ -128,7 +145,11 @@ case class KeyedPartialAggregateExec(
           agg.update(partial.buffer, row)
           // A row is counted (for late accounting) in its last window only: it is late iff
           // that window, the last of its windows to close, is closed.
-          if (last) { partial.rows += 1; last = false }
+          if (last) {
+            partial.rows += 1
+            if (keptOrdinal >= 0) partial.keep(row.getStruct(keptOrdinal, keptWidth).copy())
+            last = false
+          }
           if (t > partial.maxEventTime) partial.maxEventTime = t
         }
       }
@@ -136,7 +157,7 @@ case class KeyedPartialAggregateExec(
       val project = UnsafeProjection.create(
         outAttrs.indices.map(i => BoundReference(i, outAttrs(i).dataType, outAttrs(i).nullable)))
       val meta = new SpecificInternalRow(Seq(LongType, LongType, LongType))
-      val keyPart = new SpecificInternalRow(keyAttrs.map(_.dataType))
+      val keyPart = new SpecificInternalRow(keyAttrs.map(_.dataType) ++ kept.map(_.dataType).toSeq)
       partials.entrySet().iterator().asScala.map { e =>
         val key = e.getKey
         val p = e.getValue
@@ -145,6 +166,7 @@ case class KeyedPartialAggregateExec(
         meta.setLong(2, p.maxEventTime)
         var i = 0
         while (i < n) { keyPart.update(i, key.get(i, keyAttrs(i).dataType)); i += 1 }
+        if (keptOrdinal >= 0) keyPart.update(n, p.keptRows)
         project(new JoinedRow(new JoinedRow(agg.toStored(p.buffer), meta), keyPart))
       }
     }
@@ -155,4 +177,10 @@ case class KeyedPartialAggregateExec(
 private final class Partial(val buffer: InternalRow) {
   var rows: Long = 0L
   var maxEventTime: Long = Long.MinValue
+  private var kept: scala.collection.mutable.ArrayBuffer[InternalRow] = null
+  def keep(row: InternalRow): Unit = {
+    if (kept == null) kept = scala.collection.mutable.ArrayBuffer.empty
+    kept += row
+  }
+  def keptRows: ArrayData = new GenericArrayData(if (kept == null) Array.empty[Any] else kept.toArray[Any])
 }

@@ -10,41 +10,65 @@ import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
 import io.github.keyedwatermarks.watermark.KeyWatermark
 
 /**
- * Builds the operator's output rows. The operator emits the result columns (exactly those of
- * `groupBy(keys, window).agg(...)`) followed by three report columns:
- *  - `kw_kind`: "window" for an emitted window, "late" for a per-key, per-batch late-row count;
- *  - `kw_late_rows`: number of late rows of the key in this batch (late rows only);
- *  - `kw_watermark`: the key's watermark at the start of the batch (null if undefined).
+ * Builds the operator's output rows: the result columns (exactly those of
+ * `groupBy(keys, window).agg(...)`) followed by report columns:
+ *  - `kw_kind`: "window" for an emitted window, "late" for a per-key, per-batch late-row
+ *    count, "late_row" for one kept late row;
+ *  - `kw_late_rows`: number of late rows of the key in this batch ("late" rows only);
+ *  - `kw_watermark`: the key's watermark at the start of the batch (null if undefined);
+ *  - when late rows are kept: `kw_late_row` (the original row, as a struct) and `kw_reason`.
  * The public `agg()` keeps only the window rows and drops the report columns.
  */
-final class WindowEmitter(val resultSchema: StructType, keyOrdinalsInResult: Array[Int]) extends Serializable {
+final class WindowEmitter(
+    val resultSchema: StructType,
+    keyOrdinalsInResult: Array[Int],
+    lateRowSchema: Option[StructType]) extends Serializable {
   import WindowEmitter._
 
-  val outputSchema: StructType = resultSchema
-    .add(KindColumn, StringType, nullable = false)
-    .add(LateRowsColumn, LongType, nullable = true)
-    .add(WatermarkColumn, TimestampType, nullable = true)
+  val outputSchema: StructType = {
+    val base = resultSchema
+      .add(KindColumn, StringType, nullable = false)
+      .add(LateRowsColumn, LongType, nullable = true)
+      .add(WatermarkColumn, TimestampType, nullable = true)
+    lateRowSchema.fold(base)(s => base.add(LateRowColumn, s, nullable = true).add(ReasonColumn, StringType, nullable = true))
+  }
 
+  private val reportWidth = outputSchema.length - resultSchema.length
   private val converter = new RowConverter(outputSchema)
   @transient private lazy val joined = new JoinedRow
 
   private def watermarkValue(wm: Long): Any = if (wm == KeyWatermark.Undefined) null else wm
 
   def window(result: InternalRow, watermark: Long): Row = {
-    val report = new GenericInternalRow(Array[Any](WindowKind, null, watermarkValue(watermark)))
-    converter.toExternal(joined(result, report))
+    val report = new Array[Any](reportWidth)
+    report(0) = WindowKind
+    report(2) = watermarkValue(watermark)
+    converter.toExternal(joined(result, new GenericInternalRow(report)))
   }
 
-  def lateRows(key: InternalRow, lateRows: Long, watermark: Long): Row = {
+  private def keyed(key: InternalRow, kind: UTF8String, watermark: Long): Array[Any] = {
     val values = new Array[Any](outputSchema.length)
     var i = 0
     while (i < keyOrdinalsInResult.length) {
       values(keyOrdinalsInResult(i)) = key.get(i, resultSchema(keyOrdinalsInResult(i)).dataType)
       i += 1
     }
-    values(resultSchema.length) = LateKind
-    values(resultSchema.length + 1) = lateRows
+    values(resultSchema.length) = kind
     values(resultSchema.length + 2) = watermarkValue(watermark)
+    values
+  }
+
+  def lateRows(key: InternalRow, lateRows: Long, watermark: Long): Row = {
+    val values = keyed(key, LateKind, watermark)
+    values(resultSchema.length + 1) = lateRows
+    converter.toExternal(new GenericInternalRow(values))
+  }
+
+  /** One kept late row: its original columns, the key's watermark and why it is late. */
+  def lateRow(key: InternalRow, original: InternalRow, watermark: Long): Row = {
+    val values = keyed(key, LateRowKind, watermark)
+    values(resultSchema.length + 3) = original
+    values(resultSchema.length + 4) = LateReason
     converter.toExternal(new GenericInternalRow(values))
   }
 }
@@ -53,7 +77,12 @@ object WindowEmitter {
   val KindColumn = "kw_kind"
   val LateRowsColumn = "kw_late_rows"
   val WatermarkColumn = "kw_watermark"
-  val ReportColumns: Seq[String] = Seq(KindColumn, LateRowsColumn, WatermarkColumn)
+  val LateRowColumn = "kw_late_row"
+  val ReasonColumn = "kw_reason"
+  val ReportColumns: Seq[String] = Seq(KindColumn, LateRowsColumn, WatermarkColumn, LateRowColumn, ReasonColumn)
   private val WindowKind = UTF8String.fromString("window")
   private val LateKind = UTF8String.fromString("late")
+  private val LateRowKind = UTF8String.fromString("late_row")
+  private val LateReason = UTF8String.fromString(
+    "all windows of the row end at or before its key's watermark at the start of the micro-batch")
 }

@@ -46,17 +46,27 @@ object InputPlan {
   }
 }
 
-/** The projected input: key columns, event time (micros), and the aggregates' input columns. */
-final case class ProjectedInput(frame: DataFrame, keySchema: StructType)
+/**
+ * The projected input: key columns, event time (micros), the aggregates' input columns and,
+ * when late rows are kept, the whole original row as a struct (last column).
+ */
+final case class ProjectedInput(frame: DataFrame, keySchema: StructType, keepsRows: Boolean)
 
 object ProjectedInput {
   /** Key columns are renamed to Avro-safe names: they become the state store's key schema. */
   def keyColumnName(i: Int): String = s"kw_key_$i"
 
-  def apply(plan: InputPlan, aggregateInputs: Seq[String]): ProjectedInput = {
+  /** Name of the struct column holding the original row, when late rows are kept. */
+  val OriginalRow = "kw_original_row"
+
+  private def column(plan: InputPlan, name: String) = plan.events.col("`" + name.replace("`", "``") + "`")
+
+  def apply(plan: InputPlan, aggregateInputs: Seq[String], keepRows: Boolean): ProjectedInput = {
     val keyColumns = plan.keyColumns.zipWithIndex.map { case (c, i) => c.as(keyColumnName(i)) }
+    val original =
+      if (keepRows) Seq(F.struct(plan.events.columns.toSeq.map(column(plan, _)): _*).as(OriginalRow)) else Nil
     val columns = keyColumns ++ Seq(F.unix_micros(plan.eventTimeColumn).as(InputPlan.EventTimeMicros)) ++
-      aggregateInputs.distinct.map(plan.events.col)
+      aggregateInputs.distinct.map(column(plan, _)) ++ original
     val anyKeyNull = plan.keyColumns.map(_.isNull).reduce(_ || _)
     val eventTimeNull = plan.eventTimeColumn.isNull
     val projected = plan.events
@@ -67,6 +77,6 @@ object ProjectedInput {
       .where(!anyKeyNull && !eventTimeNull)
       .select(columns: _*)
     val keySchema = StructType(projected.schema.take(plan.keys.size))
-    ProjectedInput(projected, keySchema)
+    ProjectedInput(projected, keySchema, keepRows)
   }
 }

@@ -6,7 +6,7 @@ import org.apache.spark.sql.Row
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.JoinedRow
 import org.apache.spark.sql.streaming.{ExpiredTimerInfo, OutputMode, StatefulProcessor, TimeMode, TimerValues}
-import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.types.{ArrayType, StructType}
 
 import io.github.keyedwatermarks.compat.CatalystAggregation
 import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
@@ -22,6 +22,7 @@ final case class OperatorPlan(
     windows: WindowAssigner,
     latenessMicros: Long,
     idleTimeoutMillis: Option[Long],
+    keepLateRows: Boolean,
     aggregation: CatalystAggregation,
     emitter: WindowEmitter)
 
@@ -43,6 +44,12 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
   @transient private lazy val partials = new RowConverter(plan.partialSchema)
   // Partial layout: buffer fields, then window start, row count, max event time (then keys).
   private val startOrdinal = plan.aggregation.bufferSchema.length
+  // Kept original rows (if any) are the partial's last column, an array of structs.
+  private val keptOrdinal = plan.partialSchema.length - 1
+  private val keptWidth = plan.partialSchema.last.dataType match {
+    case a: ArrayType => a.elementType.asInstanceOf[StructType].length
+    case _ => 0
+  }
   @transient private lazy val buffers = new RowConverter(plan.aggregation.bufferSchema)
   private def agg = plan.aggregation
 
@@ -65,12 +72,22 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       if (previous == null) agg.newBuffer() else agg.fromStored(buffers.toInternal(previous))
     }
     var late = 0L
+    val keyValues = keys.toInternal(key).copy()
+    val lateRowsOut = mutable.ArrayBuffer.empty[Row]
     while (rows.hasNext) {
       val partial = partials.toInternal(rows.next())
       val start = partial.getLong(startOrdinal)
       watermark.observe(partial.getLong(startOrdinal + 2))
       if (LateRowPolicy.isClosed(plan.windows.windowEnd(start), watermarkAtStart)) {
         late += partial.getLong(startOrdinal + 1)
+        if (plan.keepLateRows) {
+          val kept = partial.getArray(keptOrdinal)
+          var i = 0
+          while (i < kept.numElements()) {
+            lateRowsOut += plan.emitter.lateRow(keyValues, kept.getStruct(i, keptWidth), watermarkAtStart)
+            i += 1
+          }
+        }
       } else {
         agg.merge(touched.getOrElseUpdate(start, open(start)),
           if (agg.retainsInputReferences) partial.copy() else partial)
@@ -78,7 +95,6 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     }
 
     val watermarkNow = watermark.current
-    val keyValues = keys.toInternal(key).copy()
     val emitted = mutable.ArrayBuffer.empty[(Long, Row)]
     def emit(start: Long, buffer: InternalRow): Unit = emitted += start -> plan.emitter.window(
       agg.result(windowGroup(keyValues, start), buffer), watermarkAtStart)
@@ -109,8 +125,9 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     }
 
     val windowsOut = emitted.sortBy(_._1).iterator.map(_._2)
-    if (late > 0) windowsOut ++ Iterator.single(plan.emitter.lateRows(keyValues, late, watermarkAtStart))
-    else windowsOut
+    if (late > 0) {
+      windowsOut ++ Iterator.single(plan.emitter.lateRows(keyValues, late, watermarkAtStart)) ++ lateRowsOut
+    } else windowsOut
   }
 
   /** Idle key: emit all of its open windows and forget the key. */

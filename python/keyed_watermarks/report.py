@@ -1,0 +1,65 @@
+"""Splitting the report stream of ``agg_with_report`` into results and late rows.
+
+These run on the (small) micro-batch DataFrames that ``foreachBatch`` hands over; every row
+was already processed in the JVM.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Tuple
+
+from pyspark.errors import PySparkTypeError, PySparkValueError
+from pyspark.sql import DataFrame, functions as F
+
+REPORT_COLUMNS = ("kw_kind", "kw_late_rows", "kw_watermark", "kw_late_row", "kw_reason")
+
+BatchWriter = Callable[[DataFrame, int], Any]
+
+
+def split_report(report: DataFrame) -> Tuple[DataFrame, Optional[DataFrame]]:
+    """Splits a report DataFrame (or one micro-batch of it) into ``(results, late_rows)``.
+
+    ``results`` has exactly the columns of ``.agg(...)``. ``late_rows`` has the original
+    columns of each late row plus ``kw_watermark`` (the key's watermark at the start of the
+    micro-batch) and ``kw_reason``; it is ``None`` unless ``keep_late_rows=True`` was used.
+    """
+    if "kw_kind" not in report.columns:
+        raise PySparkValueError(
+            message="split_report expects the output of agg_with_report(...) (no kw_kind column)"
+        )
+    results = report.where(F.col("kw_kind") == "window").drop(*REPORT_COLUMNS)
+    if "kw_late_row" not in report.columns:
+        return results, None
+    late_rows = report.where(F.col("kw_kind") == "late_row").select(
+        "kw_late_row.*", "kw_watermark", "kw_reason"
+    )
+    return results, late_rows
+
+
+def foreach_batch(
+    results: BatchWriter, late_rows: Optional[BatchWriter] = None
+) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function writing results and late rows with two writers.
+
+    Each writer is called as ``writer(df, batch_id)``. The micro-batch is cached while both
+    writers read it, so the keyed operator runs once per batch.
+    """
+    if not callable(results) or (late_rows is not None and not callable(late_rows)):
+        raise PySparkTypeError(message="foreach_batch expects callables (df, batch_id) -> None")
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        batch.persist()
+        try:
+            res, late = split_report(batch)
+            results(res, batch_id)
+            if late_rows is not None:
+                if late is None:
+                    raise PySparkValueError(
+                        message="late_rows writer given but the query does not keep late rows: "
+                        "use agg_with_report(..., keep_late_rows=True)"
+                    )
+                late_rows(late, batch_id)
+        finally:
+            batch.unpersist()
+
+    return write
