@@ -28,6 +28,7 @@ class Window:
     batch: int  # micro-batch in which the window is emitted
     watermark_at_start: Optional[int]  # wm(key) at the start of that batch (None: undefined)
     values: Tuple[Any, ...]  # the window's on-time values, in input order
+    revision: int = 0  # 0 for the first firing, then one more per late firing
 
 
 @dataclass
@@ -72,10 +73,21 @@ def window_starts(t: int, size: int, slide: Optional[int] = None) -> List[int]:
 
 
 def run_model(
-    batches: Sequence[Sequence[Row]], lateness: int, size: int, slide: Optional[int] = None
+    batches: Sequence[Sequence[Row]],
+    lateness: int,
+    size: int,
+    slide: Optional[int] = None,
+    allowed: int = 0,
 ) -> ModelResult:
-    """``slide`` (micros, <= size) makes the windows sliding; None means tumbling."""
+    """``slide`` (micros, <= size) makes the windows sliding; None means tumbling.
+
+    ``allowed`` (allowed lateness, micros): a window fires (revision 0) when wm(k) >= end,
+    stays until wm(k) >= end + allowed, and fires again (next revision) at the end of each
+    batch that added rows to it after its first firing; a row is late only when all of its
+    windows have ``end + allowed <= wm(k)`` at the start of the batch.
+    """
     res = ModelResult()
+    fired: Dict[Tuple[Hashable, int], int] = {}  # (key, start) -> revisions fired so far
     max_time: Dict[Hashable, int] = {}  # key -> max event time seen (wm defined iff present)
 
     def wm(key: Hashable) -> Optional[int]:
@@ -84,6 +96,7 @@ def run_model(
     for n, batch in enumerate(batches):
         wm_start = {k: wm(k) for k in max_time}  # watermarks at the start of batch n
         batch_max: Dict[Hashable, int] = {}
+        updated = set()  # windows that got rows in this batch
         for key, t, value in batch:
             if key is None or t is None:
                 res.invalid += 1
@@ -92,20 +105,26 @@ def run_model(
             w = wm_start.get(key)
             # The row goes into each of its windows that is still open; it is late only when
             # all of them are closed.
-            open_starts = [s for s in window_starts(t, size, slide) if w is None or s + size > w]
+            open_starts = [s for s in window_starts(t, size, slide) if w is None or s + size + allowed > w]
             if not open_starts:
                 res.late[(n, key)] = res.late.get((n, key), 0) + 1
                 res.late_watermark[(n, key)] = w
                 res.late_rows.append((n, key, t, value))
             for start in open_starts:
                 res.open.setdefault((key, start), []).append(value)
+                updated.add((key, start))
         # End of batch: advance the watermarks, then emit every window they passed.
         for key, t in batch_max.items():
             max_time[key] = max(t, max_time.get(key, t))
         for (key, start) in sorted(res.open, key=repr):
             w = wm(key)
-            if w is not None and start + size <= w:
-                values = res.open.pop((key, start))
-                res.emitted.append(
-                    Window(key, start, start + size, n, wm_start.get(key), tuple(values)))
+            revision = fired.get((key, start), 0)
+            due = w is not None and start + size <= w
+            if (revision == 0 and due) or (revision > 0 and (key, start) in updated):
+                res.emitted.append(Window(key, start, start + size, n, wm_start.get(key),
+                                          tuple(res.open[(key, start)]), revision))
+                fired[(key, start)] = revision + 1
+            if w is not None and start + size + allowed <= w:
+                del res.open[(key, start)]
+                fired.pop((key, start), None)
     return res

@@ -147,16 +147,30 @@ class KeyedWatermark:
             _duration("idle_timeout", idle_timeout),
         )
 
-    def window(self, size: Duration, slide: Optional[Duration] = None) -> KeyedWindow:
+    def window(
+        self,
+        size: Duration,
+        slide: Optional[Duration] = None,
+        allowed_lateness: Optional[Duration] = None,
+    ) -> KeyedWindow:
         """Windows of ``size`` per key: tumbling, or sliding every ``slide``.
 
         Window bounds equal Spark's ``F.window(ts, size)`` / ``F.window(ts, size, slide)``.
         With sliding windows a row goes into each of its windows that is still open and
         counts as late only when all of them are closed.
+
+        ``allowed_lateness`` keeps each window in state that much longer after its key's
+        watermark passes its end: a row arriving meanwhile updates the window, which is
+        emitted again as a new revision. The result then has an extra ``revision`` column
+        (0 for the first firing); the last revision of a window is its final value.
         """
         if size is None:
             raise PySparkValueError(message="window: a size is required, e.g. '10 seconds'")
-        jwindow = self._jwatermark.window(_duration("window", size), _duration("slide", slide))
+        jwindow = self._jwatermark.window(
+            _duration("window", size),
+            _duration("slide", slide),
+            _duration("allowed_lateness", allowed_lateness),
+        )
         return KeyedWindow(jwindow, self._events)
 
 

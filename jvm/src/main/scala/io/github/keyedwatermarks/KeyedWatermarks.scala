@@ -53,7 +53,8 @@ object KeyedWatermarks {
       idleTimeout: String): KeyedWatermark =
     apply(events, keys.asScala.toSeq, eventTime, lateness, Option(idleTimeout))
 
-  def window(watermark: KeyedWatermark, size: String, slide: String): KeyedWindow = watermark.window(size, slide)
+  def window(watermark: KeyedWatermark, size: String, slide: String, allowedLateness: String): KeyedWindow =
+    watermark.window(size, slide, allowedLateness)
 
   def agg(window: KeyedWindow, aggs: java.util.List[Column], withReport: Boolean, keepLateRows: Boolean): DataFrame =
     if (withReport) window.aggWithReport(keepLateRows, aggs.asScala.toSeq: _*) else window.agg(aggs.asScala.toSeq: _*)
@@ -80,23 +81,35 @@ final class KeyedWatermark private[keyedwatermarks] (
     val idleTimeoutMillis: Option[Long]) {
 
   /** Tumbling windows of the given size (a Spark duration string, e.g. "10 seconds"). */
-  def window(windowDuration: String): KeyedWindow = window(windowDuration, null)
+  def window(windowDuration: String): KeyedWindow = window(windowDuration, null, null)
+
+  def window(windowDuration: String, slideDuration: String): KeyedWindow = window(windowDuration, slideDuration, null)
 
   /**
    * Sliding windows of `windowDuration` starting every `slideDuration` (null: tumbling), with
    * the bounds of Spark's `window(ts, windowDuration, slideDuration)`.
+   *
+   * `allowedLateness` (null: none) keeps a window in state that much longer after the key's
+   * watermark passes its end: rows arriving meanwhile update it and it fires again, as a new
+   * `revision` (0 for the first firing), like Flink's late firings.
    */
-  def window(windowDuration: String, slideDuration: String): KeyedWindow = {
+  def window(windowDuration: String, slideDuration: String, allowedLateness: String): KeyedWindow = {
     val size = SparkInternals.durationMicros("window", windowDuration)
     if (size <= 0) throw new IllegalArgumentException(s"window: size must be positive, got '$windowDuration'")
+    val allowed = Option(allowedLateness).map { a =>
+      val micros = SparkInternals.durationMicros("allowed_lateness", a)
+      if (micros < 0) throw new IllegalArgumentException(s"allowed_lateness: must not be negative, got '$a'")
+      micros
+    }
     Option(slideDuration) match {
-      case None => new KeyedWindow(this, F.window(input.eventTimeColumn, windowDuration), TumblingWindows(size))
+      case None =>
+        new KeyedWindow(this, F.window(input.eventTimeColumn, windowDuration), TumblingWindows(size), allowed)
       case Some(slide) =>
         val slideMicros = SparkInternals.durationMicros("slide", slide)
         if (slideMicros <= 0 || slideMicros > size) throw new IllegalArgumentException(
           s"slide: must be positive and at most the window size '$windowDuration', got '$slide'")
         new KeyedWindow(this, F.window(input.eventTimeColumn, windowDuration, slide),
-          if (slideMicros == size) TumblingWindows(size) else SlidingWindows(size, slideMicros))
+          if (slideMicros == size) TumblingWindows(size) else SlidingWindows(size, slideMicros), allowed)
     }
   }
 }
@@ -105,12 +118,14 @@ final class KeyedWatermark private[keyedwatermarks] (
 final class KeyedWindow private[keyedwatermarks] (
     watermark: KeyedWatermark,
     windowColumn: Column,
-    assigner: WindowAssigner) {
+    assigner: WindowAssigner,
+    allowedLatenessMicros: Option[Long]) {
 
   /**
    * Append-mode result with exactly the columns of
-   * `events.groupBy(keys, window(eventTime, size)).agg(aggs)`: one row per (key, window),
-   * emitted in the micro-batch in which the key's watermark passes the window's end.
+   * `events.groupBy(keys, window(eventTime, size)).agg(aggs)` (plus `revision` with allowed
+   * lateness): one row per (key, window), emitted in the micro-batch in which the key's
+   * watermark passes the window's end (and again per late firing with allowed lateness).
    */
   def agg(aggs: Column*): DataFrame = {
     val all = aggWithReport(aggs: _*)
@@ -147,13 +162,14 @@ final class KeyedWindow private[keyedwatermarks] (
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(analyzed, SparkInternals.output(projected.frame))
     val resultSchema = reference.schema
     val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray,
-      if (keepLateRows) Some(input.events.schema) else None)
+      if (keepLateRows) Some(input.events.schema) else None, withRevision = allowedLatenessMicros.isDefined)
     val partials = PartialAggregation(projected.frame, input.keys.size, assigner, aggregation, keepLateRows)
     val plan = OperatorPlan(
       keySchema = projected.keySchema,
       partialSchema = partials.schema,
       windows = assigner,
       latenessMicros = watermark.latenessMicros,
+      allowedLatenessMicros = allowedLatenessMicros.getOrElse(0L),
       idleTimeoutMillis = watermark.idleTimeoutMillis,
       keepLateRows = keepLateRows,
       aggregation = aggregation,

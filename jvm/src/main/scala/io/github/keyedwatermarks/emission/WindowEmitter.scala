@@ -3,7 +3,7 @@ package io.github.keyedwatermarks.emission
 import org.apache.spark.sql.Row
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, JoinedRow}
-import org.apache.spark.sql.types.{LongType, StringType, StructType, TimestampType}
+import org.apache.spark.sql.types.{IntegerType, LongType, StringType, StructType, TimestampType}
 import org.apache.spark.unsafe.types.UTF8String
 
 import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
@@ -11,7 +11,8 @@ import io.github.keyedwatermarks.watermark.KeyWatermark
 
 /**
  * Builds the operator's output rows: the result columns (exactly those of
- * `groupBy(keys, window).agg(...)`) followed by report columns:
+ * `groupBy(keys, window).agg(...)`, plus `revision` when allowed lateness is set: 0 for a
+ * window's first firing, then 1, 2, ... for late firings) followed by report columns:
  *  - `kw_kind`: "window" for an emitted window, "late" for a per-key, per-batch late-row
  *    count, "late_row" for one kept late row;
  *  - `kw_late_rows`: number of late rows of the key in this batch ("late" rows only);
@@ -20,10 +21,15 @@ import io.github.keyedwatermarks.watermark.KeyWatermark
  * The public `agg()` keeps only the window rows and drops the report columns.
  */
 final class WindowEmitter(
-    val resultSchema: StructType,
+    aggregateSchema: StructType,
     keyOrdinalsInResult: Array[Int],
-    lateRowSchema: Option[StructType]) extends Serializable {
+    lateRowSchema: Option[StructType],
+    withRevision: Boolean) extends Serializable {
   import WindowEmitter._
+
+  /** The result columns: those of groupBy().agg(), plus `revision` with allowed lateness. */
+  val resultSchema: StructType =
+    if (withRevision) aggregateSchema.add(RevisionColumn, IntegerType, nullable = false) else aggregateSchema
 
   val outputSchema: StructType = {
     val base = resultSchema
@@ -39,10 +45,13 @@ final class WindowEmitter(
 
   private def watermarkValue(wm: Long): Any = if (wm == KeyWatermark.Undefined) null else wm
 
-  def window(result: InternalRow, watermark: Long): Row = {
-    val report = new Array[Any](reportWidth)
-    report(0) = WindowKind
-    report(2) = watermarkValue(watermark)
+  /** An emitted window: `result` has the groupBy().agg() columns; `revision` counts firings. */
+  def window(result: InternalRow, revision: Int, watermark: Long): Row = {
+    val offset = if (withRevision) 1 else 0
+    val report = new Array[Any](reportWidth + offset)
+    if (withRevision) report(0) = revision
+    report(offset) = WindowKind
+    report(offset + 2) = watermarkValue(watermark)
     converter.toExternal(joined(result, new GenericInternalRow(report)))
   }
 
@@ -79,6 +88,7 @@ object WindowEmitter {
   val WatermarkColumn = "kw_watermark"
   val LateRowColumn = "kw_late_row"
   val ReasonColumn = "kw_reason"
+  val RevisionColumn = "revision"
   val ReportColumns: Seq[String] = Seq(KindColumn, LateRowsColumn, WatermarkColumn, LateRowColumn, ReasonColumn)
   private val WindowKind = UTF8String.fromString("window")
   private val LateKind = UTF8String.fromString("late")

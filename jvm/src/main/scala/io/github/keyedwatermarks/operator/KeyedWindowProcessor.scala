@@ -21,6 +21,7 @@ final case class OperatorPlan(
     partialSchema: StructType,
     windows: WindowAssigner,
     latenessMicros: Long,
+    allowedLatenessMicros: Long,
     idleTimeoutMillis: Option[Long],
     keepLateRows: Boolean,
     aggregation: CatalystAggregation,
@@ -50,26 +51,43 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     case a: ArrayType => a.elementType.asInstanceOf[StructType].length
     case _ => 0
   }
-  @transient private lazy val buffers = new RowConverter(plan.aggregation.bufferSchema)
+  @transient private lazy val windowStates = new RowConverter(KeyState.windowSchema(agg.bufferSchema))
+  private val revisionOrdinal = agg.bufferSchema.length
   private def agg = plan.aggregation
+
+  // A window is due (fires revision 0) when the key's watermark passes its end, and expires
+  // (leaves state; its rows become late) when the watermark passes end + allowed lateness.
+  private def due(start: Long, wm: Long) = LateRowPolicy.isClosed(plan.windows.windowEnd(start), wm)
+  private def expired(start: Long, wm: Long) =
+    LateRowPolicy.isClosed(plan.windows.windowEnd(start) + plan.allowedLatenessMicros, wm)
 
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
     state = new KeyState(getHandle, agg.bufferSchema)
   }
+
+  /** A window in this batch: its live buffer, the revisions fired before, whether it was stored. */
+  private final class OpenWindow(val buffer: InternalRow, var revisions: Int, val stored: Boolean)
+
+  private def load(stored: Row): OpenWindow = {
+    val row = windowStates.toInternal(stored)
+    new OpenWindow(agg.fromStored(row), row.getInt(revisionOrdinal), stored = true)
+  }
+
+  private def store(start: Long, window: OpenWindow): Unit =
+    state.openWindows.updateValue(start, windowStates.toExternal(
+      new JoinedRow(agg.toStored(window.buffer), InternalRow(window.revisions))))
 
   override def handleInputRows(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] = {
     val (storedMax, lateSoFar) = state.loadWatermark()
     val watermark = new KeyWatermark(plan.latenessMicros, storedMax)
     val watermarkAtStart = watermark.current
 
-    // Window start -> live buffer of the window, loaded from state on its first row in this
-    // batch, so the state store is read at most once per (key, window) and batch.
-    val touched = mutable.LongMap.empty[InternalRow]
-    val stored = mutable.LongMap.empty[Boolean]
-    def open(start: Long): InternalRow = {
+    // Window start -> the window, loaded from state on its first partial in this batch, so the
+    // state store is read at most once per (key, window) and batch.
+    val touched = mutable.LongMap.empty[OpenWindow]
+    def open(start: Long): OpenWindow = {
       val previous = state.openWindows.getValue(start)
-      stored(start) = previous != null
-      if (previous == null) agg.newBuffer() else agg.fromStored(buffers.toInternal(previous))
+      if (previous == null) new OpenWindow(agg.newBuffer(), 0, stored = false) else load(previous)
     }
     var late = 0L
     val keyValues = keys.toInternal(key).copy()
@@ -78,7 +96,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       val partial = partials.toInternal(rows.next())
       val start = partial.getLong(startOrdinal)
       watermark.observe(partial.getLong(startOrdinal + 2))
-      if (LateRowPolicy.isClosed(plan.windows.windowEnd(start), watermarkAtStart)) {
+      if (expired(start, watermarkAtStart)) {
         late += partial.getLong(startOrdinal + 1)
         if (plan.keepLateRows) {
           val kept = partial.getArray(keptOrdinal)
@@ -89,32 +107,41 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
           }
         }
       } else {
-        agg.merge(touched.getOrElseUpdate(start, open(start)),
+        agg.merge(touched.getOrElseUpdate(start, open(start)).buffer,
           if (agg.retainsInputReferences) partial.copy() else partial)
       }
     }
 
     val watermarkNow = watermark.current
-    val emitted = mutable.ArrayBuffer.empty[(Long, Row)]
-    def emit(start: Long, buffer: InternalRow): Unit = emitted += start -> plan.emitter.window(
-      agg.result(windowGroup(keyValues, start), buffer), watermarkAtStart)
-
-    touched.foreachEntry { (start, buffer) =>
-      if (LateRowPolicy.isClosed(plan.windows.windowEnd(start), watermarkNow)) {
-        emit(start, buffer)
-        if (stored(start)) state.openWindows.removeKey(start)
-      } else {
-        state.openWindows.updateValue(start, buffers.toExternal(agg.toStored(buffer)))
-      }
+    val emitted = mutable.ArrayBuffer.empty[(Long, Int, Row)]
+    def emit(start: Long, window: OpenWindow): Unit = {
+      emitted += ((start, window.revisions, plan.emitter.window(
+        agg.result(windowGroup(keyValues, start), window.buffer), window.revisions, watermarkAtStart)))
+      window.revisions += 1
     }
-    // Windows buffered in earlier batches that this batch's watermark advance closes.
+
+    // Windows this batch updated: first firing when due; with allowed lateness, a window that
+    // already fired and got more rows fires again as the next revision.
+    touched.foreachEntry { (start, window) =>
+      if (window.revisions > 0 || due(start, watermarkNow)) emit(start, window)
+      if (expired(start, watermarkNow)) {
+        if (window.stored) state.openWindows.removeKey(start)
+      } else store(start, window)
+    }
+    // Windows from earlier batches that this batch's watermark advance makes due or expired.
     if (watermarkNow != watermarkAtStart) {
-      val closing = state.openWindows.keys().map(_.longValue()).filter { start =>
-        !touched.contains(start) && LateRowPolicy.isClosed(plan.windows.windowEnd(start), watermarkNow)
+      val affected = state.openWindows.keys().map(_.longValue()).filter { start =>
+        !touched.contains(start) && due(start, watermarkNow)
       }.toList
-      closing.foreach { start =>
-        emit(start, agg.fromStored(buffers.toInternal(state.openWindows.getValue(start))))
-        state.openWindows.removeKey(start)
+      affected.foreach { start =>
+        val stored = state.openWindows.getValue(start)
+        val revisions = windowStates.toInternal(stored).getInt(revisionOrdinal)
+        if (revisions == 0) {
+          val window = load(stored)
+          emit(start, window)
+          if (!expired(start, watermarkNow)) store(start, window)
+        }
+        if (expired(start, watermarkNow)) state.openWindows.removeKey(start)
       }
     }
 
@@ -124,21 +151,23 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       getHandle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + timeout)
     }
 
-    val windowsOut = emitted.sortBy(_._1).iterator.map(_._2)
+    val windowsOut = emitted.sortBy(e => (e._1, e._2)).iterator.map(_._3)
     if (late > 0) {
       windowsOut ++ Iterator.single(plan.emitter.lateRows(keyValues, late, watermarkAtStart)) ++ lateRowsOut
     } else windowsOut
   }
 
-  /** Idle key: emit all of its open windows and forget the key. */
+  /** Idle key: emit its windows that have not fired yet, and forget the key. */
   override def handleExpiredTimer(
       key: Row, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo): Iterator[Row] = {
     val (storedMax, _) = state.loadWatermark()
     val watermark = new KeyWatermark(plan.latenessMicros, storedMax).current
     val keyValues = keys.toInternal(key).copy()
-    val out = state.openWindows.iterator().toList.sortBy(_._1.longValue()).map { case (start, stored) =>
-      plan.emitter.window(
-        agg.result(windowGroup(keyValues, start), agg.fromStored(buffers.toInternal(stored))), watermark)
+    val out = state.openWindows.iterator().toList.sortBy(_._1.longValue()).flatMap { case (start, stored) =>
+      val window = load(stored)
+      if (window.revisions > 0) None
+      else Some(plan.emitter.window(
+        agg.result(windowGroup(keyValues, start.longValue()), window.buffer), 0, watermark))
     }
     state.clear()
     out.iterator
