@@ -74,8 +74,9 @@ class Replay:
         )
 
 
-def run_available(df: DataFrame, out_dir: Path, checkpoint: Path) -> List[Row]:
-    """Runs `df` with Trigger.AvailableNow into a parquet sink; returns all rows written so far."""
+def run_to_end(df: DataFrame, out_dir: Path, checkpoint: Path):
+    """Runs `df` with Trigger.AvailableNow into a parquet sink until all input is processed;
+    returns the finished query (for its progress reports); raises the query's exception."""
     query = (
         df.writeStream.format("parquet")
         .outputMode("append")
@@ -88,6 +89,12 @@ def run_available(df: DataFrame, out_dir: Path, checkpoint: Path) -> List[Row]:
     exc = query.exception()
     if exc is not None:
         raise exc
+    return query
+
+
+def run_available(df: DataFrame, out_dir: Path, checkpoint: Path) -> List[Row]:
+    """Runs `df` with Trigger.AvailableNow into a parquet sink; returns all rows written so far."""
+    run_to_end(df, out_dir, checkpoint)
     return read_output(df.sparkSession, out_dir, df.schema)
 
 

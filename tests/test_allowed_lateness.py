@@ -8,14 +8,14 @@ import uuid
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay
+from conftest import Replay, run_to_end
 from reference_model import run_model
-from test_reference_model import LATENESS_S, SECOND, packed_streams, to_spark_rows
+from test_reference_model import LATENESS_S, SECOND, packed_streams, spark_examples, to_spark_rows
 
 
 def run(spark, root, batches, lateness_s, window_s, slide_s, allowed_s):
@@ -27,21 +27,14 @@ def run(spark, root, batches, lateness_s, window_s, slide_s, allowed_s):
                 allowed_lateness=f"{allowed_s} seconds")
         .agg_with_report(F.count("*").alias("n"), F.sum("temp").alias("s"))
     )
-    query = (
-        df.writeStream.format("parquet").option("path", str(root / "out"))
-        .option("checkpointLocation", str(root / "checkpoint")).trigger(availableNow=True).start()
-    )
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise query.exception()
+    query = run_to_end(df, root / "out", root / "checkpoint")
     rows = spark.read.schema(df.schema).parquet(str(root / "out")).select(
         "device", F.unix_micros("window.start").alias("start"), "revision", "n", "s", "kw_kind",
         "kw_late_rows").collect()
     return rows, list(query.recentProgress), df
 
 
-@settings(max_examples=6, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@spark_examples(6)
 @given(
     batches=packed_streams(),
     lateness_s=st.sampled_from(LATENESS_S),

@@ -7,14 +7,14 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
-from hypothesis import HealthCheck, Phase, given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
 from conftest import Replay
 from reference_model import run_model
-from test_reference_model import LATENESS_S, SECOND, packed_streams, to_spark_rows
+from test_reference_model import LATENESS_S, SECOND, packed_streams, spark_examples, to_spark_rows
 
 
 def run_two_sinks(spark, root, batches, lateness_s: int, window_s: int, slide_s=None):
@@ -46,8 +46,7 @@ def run_two_sinks(spark, root, batches, lateness_s: int, window_s: int, slide_s=
     return results, late, report
 
 
-@settings(max_examples=5, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@spark_examples(5)
 @given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_S), window_s=st.sampled_from([5, 10]))
 def test_late_rows_are_kept_and_every_row_is_accounted_for(spark, tmp_path_factory, batches, lateness_s, window_s):
     model = run_model(batches, lateness_s * SECOND, window_s * SECOND)

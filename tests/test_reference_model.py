@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay
+from conftest import Replay, run_to_end
 from reference_model import ModelResult, run_model
 
 SECOND = 1_000_000
@@ -56,18 +56,7 @@ def build_query(stream, lateness_s: int, window_s: int, slide_s: Optional[int] =
 
 def run_with_progress(df, out_dir: Path, checkpoint: Path):
     """Like conftest.run_available, but also returns the query's per-batch progress."""
-    query = (
-        df.writeStream.format("parquet")
-        .outputMode("append")
-        .option("path", str(out_dir))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    exc = query.exception()
-    if exc is not None:
-        raise exc
+    query = run_to_end(df, out_dir, checkpoint)
     progress = list(query.recentProgress)
     # Event times and watermarks as micros, so nothing depends on the local time zone.
     rows = (
@@ -200,15 +189,20 @@ def packed_streams(draw):
     return [b for b in merged if b]  # an empty micro-batch is no micro-batch
 
 
-@settings(
-    max_examples=8,
-    deadline=None,
-    database=None,
-    # Every example runs a Spark query; shrinking a failure would run dozens more. The full
-    # failing example is printed, and the `note`s below show the model's view of it.
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+def spark_examples(n: int):
+    """Hypothesis settings for tests whose every example runs a Spark query: no shrinking (it
+    would run dozens more queries; the failing example is printed, and the `note`s show the
+    model's view of it), no example database, no deadline."""
+    return settings(
+        max_examples=n,
+        deadline=None,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+@spark_examples(8)
 @given(
     batches=packed_streams(),
     lateness_s=st.sampled_from(LATENESS_S),
@@ -223,13 +217,7 @@ def test_operator_matches_reference_model(spark, tmp_path_factory, batches, late
     check_against_model(batches, model, rows, progress)
 
 
-@settings(
-    max_examples=5,
-    deadline=None,
-    database=None,
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@spark_examples(5)
 @given(
     batches=packed_streams(),
     lateness_s=st.sampled_from(LATENESS_S),

@@ -28,7 +28,7 @@ from pyspark.errors import IllegalArgumentException
 from pyspark.sql import DataFrame, functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay
+from conftest import Replay, run_to_end
 
 SEC = 1_000_000  # microseconds
 SIZE = "10 seconds"
@@ -54,17 +54,7 @@ def run(df: DataFrame, root: Path, name: str) -> Tuple[DataFrame, list]:
     batch DataFrame with an extra `ws_us` column, the window start in microseconds) and the
     query's progress reports."""
     out, checkpoint = root / f"{name}-out", root / f"{name}-checkpoint"
-    query = (
-        df.writeStream.format("parquet")
-        .outputMode("append")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise query.exception()
+    query = run_to_end(df, out, checkpoint)
     written = df.sparkSession.read.schema(df.schema).parquet(str(out))
     return written.withColumn("ws_us", F.unix_micros("window.start")), query.recentProgress
 

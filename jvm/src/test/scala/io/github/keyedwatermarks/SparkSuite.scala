@@ -18,10 +18,17 @@ trait SparkSuite extends AnyFunSuite with BeforeAndAfterAll {
       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     .getOrCreate()
 
-  def tempDir(): String = Files.createTempDirectory("kw-test").toString
+  private val tempDirs = scala.collection.mutable.ArrayBuffer.empty[java.io.File]
+
+  def tempDir(): String = {
+    val dir = Files.createTempDirectory("kw-test").toFile
+    tempDirs += dir
+    dir.toString
+  }
 
   override def afterAll(): Unit = {
     spark.stop()
+    tempDirs.foreach(org.apache.commons.io.FileUtils.deleteQuietly)
     super.afterAll()
   }
 }
