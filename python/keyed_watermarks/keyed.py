@@ -173,6 +173,20 @@ class KeyedWatermark:
         )
         return KeyedWindow(jwindow, self._events)
 
+    def session(self, gap: Duration) -> KeyedWindow:
+        """Session windows per key with a fixed ``gap``.
+
+        A key's rows less than ``gap`` apart (in event time) form one session
+        ``[first event, last event + gap)``, with the bounds of Spark's
+        ``F.session_window(ts, gap)``; sessions merge as rows arrive, across micro-batches, and a
+        session is emitted once, when its key's watermark passes its end. A row is late when its
+        event time is at or behind its key's watermark at the start of the micro-batch.
+        The result has the columns of ``events.groupBy(*keys, F.session_window(ts, gap)).agg(...)``.
+        """
+        if gap is None:
+            raise PySparkValueError(message="gap: a duration is required, e.g. '30 seconds'")
+        return KeyedWindow(self._jwatermark.session(_duration("gap", gap)), self._events)
+
 
 def keyed_watermark(
     events: DataFrame,

@@ -10,7 +10,7 @@ import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation
 import io.github.keyedwatermarks.emission.WindowEmitter
 import io.github.keyedwatermarks.input.{InputPlan, ProjectedInput}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
-import io.github.keyedwatermarks.window.{SlidingWindows, TumblingWindows, WindowAssigner}
+import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
 
 /**
  * Entry point for Scala and (through py4j-friendly overloads) Python.
@@ -84,6 +84,17 @@ final class KeyedWatermark private[keyedwatermarks] (
   def window(windowDuration: String): KeyedWindow = window(windowDuration, null, null)
 
   def window(windowDuration: String, slideDuration: String): KeyedWindow = window(windowDuration, slideDuration, null)
+
+  /**
+   * Session windows with a fixed `gap` (a Spark duration string): a key's rows less than
+   * `gap` apart form one session, [first event, last event + gap), with the bounds of Spark's
+   * `session_window(ts, gap)`. A session is emitted when its key's watermark passes its end.
+   */
+  def session(gap: String): KeyedWindow = {
+    val gapMicros = SparkInternals.durationMicros("gap", gap)
+    if (gapMicros <= 0) throw new IllegalArgumentException(s"gap: must be positive, got '$gap'")
+    new KeyedWindow(this, F.session_window(input.eventTimeColumn, gap), SessionWindows(gapMicros), None)
+  }
 
   /**
    * Sliding windows of `windowDuration` starting every `slideDuration` (null: tumbling), with

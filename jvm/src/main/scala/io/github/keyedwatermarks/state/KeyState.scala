@@ -40,9 +40,10 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType) 
 }
 
 object KeyState {
-  /** A window in state: its stored aggregation buffer, then how many revisions it fired. */
-  def windowSchema(bufferSchema: StructType): StructType =
-    bufferSchema.add(StructField("kw_revisions", IntegerType, nullable = false))
+  /** A window in state: its stored aggregation buffer, how many revisions it fired, its end. */
+  def windowSchema(bufferSchema: StructType): StructType = bufferSchema
+    .add(StructField("kw_revisions", IntegerType, nullable = false))
+    .add(StructField("kw_end", LongType, nullable = false))
 
   val WatermarkSchema: StructType = StructType(Seq(
     StructField("max_event_time_us", LongType, nullable = false),

@@ -51,3 +51,16 @@ final case class SlidingWindows(sizeMicros: Long, slideMicros: Long) extends Win
 
   override def lastWindowStart(eventTime: Long): Long = eventTime - Math.floorMod(eventTime, slideMicros)
 }
+
+/**
+ * Session windows with a fixed gap: each row opens [t, t + gap); sessions of a key whose
+ * intervals touch (next start <= current end, as Spark's session_window merges) are merged,
+ * across micro-batches, by the operator. Here a row's only "window" is its own interval.
+ */
+final case class SessionWindows(gapMicros: Long) extends WindowAssigner {
+  require(gapMicros > 0, s"session gap must be positive, got $gapMicros microseconds")
+
+  override def sizeMicros: Long = gapMicros
+  override def slideMicros: Long = gapMicros
+  override def lastWindowStart(eventTime: Long): Long = eventTime
+}

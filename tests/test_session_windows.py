@@ -1,0 +1,95 @@
+"""Session windows per key against Spark's own ``groupBy(key, session_window(ts, gap))``:
+over random multi-key streams and batch splits, every emitted session equals Spark's batch
+session over the rows docs/semantics.md calls on time, and exactly the sessions whose end the
+key's final watermark passed are emitted."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import defaultdict
+
+import pytest
+from pyspark.sql import functions as F
+
+import keyed_watermarks as kw
+from conftest import Replay, run_to_end
+from test_reference_model import SECOND, ts
+
+GAP_S = 10
+LATENESS_S = 5
+
+
+def random_stream(seed: int):
+    rng = random.Random(seed)
+    batches = []
+    clocks = {k: rng.randint(0, 30) * SECOND for k in ("a", "b", "c")}
+    for _ in range(rng.randint(3, 6)):
+        rows = []
+        for _ in range(rng.randint(3, 10)):
+            k = rng.choice(list(clocks))
+            clocks[k] += rng.choice([0, 1, 2, 3, 4, 6, 9, 12, 25]) * SECOND + rng.choice([0, 1, SECOND // 2])
+            t = clocks[k] - rng.choice([0, 0, 0, 4, 12, 30]) * SECOND  # sometimes behind
+            rows.append((k, t, float(rng.randint(0, 20))))
+        batches.append(rows)
+    return batches
+
+
+def on_time_rows(batches):
+    """docs/semantics.md for sessions: a row is late when t <= wm(k) at the start of its batch."""
+    max_t, keep, late = {}, [], 0
+    for rows in batches:
+        wm = {k: m - LATENESS_S * SECOND for k, m in max_t.items()}
+        for k, t, v in rows:
+            if k in wm and t <= wm[k]:
+                late += 1
+            else:
+                keep.append((k, t, v))
+        for k, t, _ in rows:
+            max_t[k] = max(t, max_t.get(k, t))
+    return keep, late, {k: m - LATENESS_S * SECOND for k, m in max_t.items()}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_sessions_equal_spark_session_window(spark, tmp_path_factory, seed):
+    batches = random_stream(seed)
+    root = tmp_path_factory.mktemp(f"session-{uuid.uuid4().hex[:8]}")
+    replay = Replay(spark, root)
+    replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in batches])
+    aggs = [F.count("*").alias("n"), F.sum("temp").alias("s"), F.max("ts").alias("last")]
+    df = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness=f"{LATENESS_S} seconds")
+          .session(f"{GAP_S} seconds").agg_with_report(*aggs))
+    run_to_end(df, root / "out", root / "checkpoint")
+    out = spark.read.schema(df.schema).parquet(str(root / "out"))
+    ours = {(r.device, r.start, r.end): (r.n, r.s) for r in out.where("kw_kind = 'window'").select(
+        "device", F.unix_micros("session_window.start").alias("start"),
+        F.unix_micros("session_window.end").alias("end"), "n", "s").collect()}
+    late = sum(r.kw_late_rows for r in out.where("kw_kind = 'late'").collect())
+
+    keep, want_late, final_wm = on_time_rows(batches)
+    batch_df = spark.createDataFrame([(k, ts(t), v) for k, t, v in keep], "device STRING, ts TIMESTAMP, temp DOUBLE")
+    expected = batch_df.groupBy("device", F.session_window("ts", f"{GAP_S} seconds")).agg(*aggs).select(
+        "device", F.unix_micros("session_window.start").alias("start"),
+        F.unix_micros("session_window.end").alias("end"), "n", "s").collect()
+    closed = {(r.device, r.start, r.end): (r.n, r.s) for r in expected if r.end <= final_wm[r.device]}
+    assert ours == closed
+    assert late == want_late
+    assert len(ours) >= 2
+    # Result columns are Spark's.
+    assert kw.split_report(df)[0].columns == ["device", "session_window", "n", "s", "last"]
+
+
+def test_session_merges_across_batches_and_bridges(spark, workdir):
+    # gap 10 s, lateness 0. Batch 0: a@0 -> [0,10); a@30 -> [30,40). wm(a) = 30: [0,10) is
+    # emitted (end 10 <= 30). Batch 1: a@35 (> wm 30, on time) extends [30,40) to [30,45).
+    # Batch 2: a@60: wm 60 -> [30,45) emitted with 2 rows.
+    batches = [[("a", 0, 1.0), ("a", 30 * SECOND, 2.0)], [("a", 35 * SECOND, 4.0)], [("a", 60 * SECOND, 8.0)]]
+    replay = Replay(spark, workdir)
+    replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in batches])
+    df = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness="0 seconds")
+          .session("10 seconds").agg(F.count("*").alias("n"), F.sum("temp").alias("s")))
+    run_to_end(df, workdir / "out", workdir / "checkpoint")
+    rows = spark.read.schema(df.schema).parquet(str(workdir / "out")).select(
+        F.unix_micros("session_window.start").alias("start"), F.unix_micros("session_window.end").alias("end"),
+        "n", "s").collect()
+    assert sorted((r.start // SECOND, r.end // SECOND, r.n, r.s) for r in rows) == [(0, 10, 1, 1.0), (30, 45, 2, 6.0)]
