@@ -59,6 +59,23 @@ lazy val core = (project in file("jvm"))
     Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
   )
 
+// JMH microbenchmarks of the JVM hot paths (benchmarks/jmh, see benchmarks/README.md):
+//   ./dev/sbt "jmh/Jmh/run -i 3 -wi 2 -f 1 -t 1"
+// Not aggregated by root, so `sbt test` / `core/test` never build it. The JMH runner runs in a
+// forked JVM with Spark's --add-opens flags; JMH's own benchmark forks inherit the runner's
+// JVM arguments (JMH's default when no -jvmArgs is given).
+lazy val jmh = (project in file("benchmarks/jmh"))
+  .enablePlugins(JmhPlugin)
+  .dependsOn(core)
+  .settings(
+    name := "keyed-watermarks-jmh",
+    publish / skip := true,
+    sparkJars := findSparkJars((ThisBuild / baseDirectory).value),
+    Compile / unmanagedJars ++= (sparkJars.value * "*.jar").classpath,
+    Jmh / run / fork := true,
+    Jmh / run / javaOptions ++= sparkJavaOptions
+  )
+
 lazy val root = (project in file("."))
   .aggregate(core)
   .settings(publish / skip := true)

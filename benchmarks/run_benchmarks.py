@@ -1,0 +1,513 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark: keyed watermarks against Spark's native watermark aggregation, a
+pure-Python keyed implementation and a stateless lower bound, on the same generated IoT data.
+
+    .venv/bin/python benchmarks/run_benchmarks.py            # full run (~20 min on 2 cores)
+    .venv/bin/python benchmarks/run_benchmarks.py --quick    # smoke test (< 2 min)
+
+See benchmarks/README.md for what is measured and how. Results: a markdown table on stdout and
+in benchmarks/results/latest.md (--quick: benchmarks/results/quick.md), raw numbers next to it
+as .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from pyspark.sql import DataFrame, SparkSession, functions as F  # noqa: E402
+from pyspark.sql.streaming import DataStreamWriter  # noqa: E402
+
+import keyed_watermarks as kw  # noqa: E402
+from python_keyed import python_keyed_windows  # noqa: E402
+
+SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE"
+WINDOW, WINDOW_US = "10 seconds", 10_000_000
+LATENESS, LATENESS_US = "5 seconds", 5_000_000
+# Event time covered by one micro-batch: rows are spread evenly over it (then jittered), so a
+# key's watermark advances as long as the key keeps reporting.
+BATCH_SPAN_US = 5_000_000
+T0_US = 1_735_689_600_000_000  # 2025-01-01T00:00:00Z
+DELAYED_FRACTION = 0.2  # rows that arrive out of order ...
+MEAN_DELAY_US = 1_000_000  # ... by an exponential delay (mean 1 s) ...
+MAX_DELAY_US = 8_000_000  # ... capped at 8 s (a few end up behind their key's watermark)
+
+METHODS = ["native", "keyed", "python", "stateless"]
+METHOD_TITLES = {
+    "native": "Spark native withWatermark + groupBy(device, window)",
+    "keyed": "keyed-watermarks (ours)",
+    "python": "pure-Python keyed (applyInPandasWithState)",
+    "stateless": "limit: stateless groupBy(device, window) per batch (foreachBatch)",
+}
+
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass
+class Config:
+    name: str
+    regime: str
+    rows_per_batch: int
+    batches: int
+    keys: int
+    seed: int
+
+    @property
+    def total_rows(self) -> int:
+        return self.rows_per_batch * self.batches
+
+
+def configurations(args: argparse.Namespace) -> List[Config]:
+    if args.quick:
+        return [Config("quick", "smoke", 2_000, 5, 100, seed=7)]
+    keys = [1_000, 100_000] + ([1_000_000] if args.with_1m_keys else [])
+    out = []
+    for k in keys:
+        out.append(Config(f"small/{_k(k)}", "small batches (latency)", args.small_rows,
+                          args.small_batches, k, seed=11 + k))
+    for k in keys:
+        out.append(Config(f"large/{_k(k)}", "large batches (throughput)", args.large_rows,
+                          args.large_batches, k, seed=23 + k))
+    if args.configs:
+        wanted = set(args.configs.split(","))
+        out = [c for c in out if c.name in wanted]
+    return out
+
+
+def _k(n: int) -> str:
+    return f"{n // 1_000_000}M keys" if n >= 1_000_000 else f"{n // 1_000}k keys"
+
+
+def generate(cfg: Config, input_dir: Path) -> Dict[str, float]:
+    """Writes cfg.batches parquet files (one per micro-batch, mtimes increasing).
+
+    Row i of the stream has event time T0 + i * BATCH_SPAN / rows_per_batch (so every batch
+    covers BATCH_SPAN of event time), minus a delay for DELAYED_FRACTION of the rows; its device
+    is drawn uniformly from cfg.keys devices. So each device's events are mostly in order, with
+    a little out-of-orderness. Returns the open (key, window) counts each semantics leaves in
+    state at the end (for state bytes per open window).
+    """
+    rng = np.random.default_rng(cfg.seed)
+    input_dir.mkdir(parents=True, exist_ok=True)
+    names = np.array([f"device-{i:07d}" for i in range(cfg.keys)], dtype=object)
+    all_dev, all_ts = [], []
+    for b in range(cfg.batches):
+        n = cfg.rows_per_batch
+        i = np.arange(b * n, (b + 1) * n, dtype=np.int64)
+        dev = rng.integers(0, cfg.keys, n)
+        ts = T0_US + (i * BATCH_SPAN_US) // n
+        delay = np.minimum(rng.exponential(MEAN_DELAY_US, n), MAX_DELAY_US).astype(np.int64)
+        ts = ts - np.where(rng.random(n) < DELAYED_FRACTION, delay, 0)
+        temp = 20.0 + 5.0 * np.sin(dev / 7.0) + rng.normal(0.0, 0.5, n)
+        table = pa.table({
+            "device": pa.array(names[dev], pa.string()),
+            "ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+            "temp": pa.array(temp, pa.float64()),
+        })
+        path = input_dir / f"batch-{b:05d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (1_000_000 + b, 1_000_000 + b))  # the file source orders by mtime
+        all_dev.append(dev)
+        all_ts.append(ts)
+    dev = np.concatenate(all_dev)
+    ts = np.concatenate(all_ts)
+    start = ts - np.mod(ts, WINDOW_US)
+    # Keyed: a (key, window) is still open when its end > max event time of the key - L
+    # (every row of such a window was on time, since wm(k) only grows).
+    key_max = np.full(cfg.keys, np.iinfo(np.int64).min)
+    np.maximum.at(key_max, dev, ts)
+    open_keyed = _distinct_pairs(dev, start, start + WINDOW_US > key_max[dev] - LATENESS_US)
+    # Native: Spark keeps the (key, window) groups whose end > global max - L.
+    open_native = _distinct_pairs(dev, start, start + WINDOW_US > ts.max() - LATENESS_US)
+    return {"open_keyed": open_keyed, "open_native": open_native,
+            "keys_seen": int(len(np.unique(dev)))}
+
+
+def _distinct_pairs(dev: np.ndarray, start: np.ndarray, mask: np.ndarray) -> int:
+    if not mask.any():
+        return 0
+    pairs = dev[mask].astype(np.int64) * (1 << 40) + (start[mask] - T0_US) // WINDOW_US
+    return int(len(np.unique(pairs)))
+
+
+# ----------------------------------------------------------------------------- queries
+
+
+def aggregates():
+    return [F.count("*").alias("n"), F.avg("temp").alias("avg_temp")]
+
+
+def writer_for(method: str, events: DataFrame) -> DataStreamWriter:
+    if method == "native":
+        out = (events.withWatermark("ts", LATENESS)
+               .groupBy("device", F.window("ts", WINDOW)).agg(*aggregates()))
+        return out.writeStream.format("noop").outputMode("append")
+    if method == "keyed":
+        out = (kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS)
+               .window(WINDOW).agg(*aggregates()))
+        return out.writeStream.format("noop").outputMode("append")
+    if method == "python":
+        out = python_keyed_windows(events, LATENESS_US, WINDOW_US)
+        return out.writeStream.format("noop").outputMode("append")
+    if method == "stateless":
+        def per_batch(batch: DataFrame, batch_id: int) -> None:
+            (batch.groupBy("device", F.window("ts", WINDOW)).agg(*aggregates())
+             .write.format("noop").mode("overwrite").save())
+        return events.writeStream.foreachBatch(per_batch)
+    raise ValueError(method)
+
+
+class HeapSampler:
+    """Samples the driver JVM's used heap (Runtime total - free) every `interval` seconds."""
+
+    def __init__(self, spark: SparkSession, interval: float = 0.1) -> None:
+        self.runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        used = self.runtime.totalMemory() - self.runtime.freeMemory()
+        self.peak = max(self.peak, used)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._sample()
+            except Exception:  # py4j shutting down
+                return
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "HeapSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+@dataclass
+class Run:
+    wall_s: float
+    input_rows: int
+    batches: int
+    output_rows: Optional[int]
+    peak_heap_bytes: int
+    state_rows: Optional[int]
+    state_memory_bytes: Optional[int]
+    state_custom: Dict[str, float] = field(default_factory=dict)
+
+
+def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> Run:
+    ckpt = Path(tempfile.mkdtemp(prefix=f"ckpt-{method}-", dir=work))
+    events = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+              .parquet(str(input_dir)))
+    writer = (writer_for(method, events).option("checkpointLocation", str(ckpt))
+              .trigger(availableNow=True))
+    spark.sparkContext._jvm.System.gc()
+    with HeapSampler(spark) as heap:
+        t0 = time.perf_counter()
+        query = writer.start()
+        query.awaitTermination()
+        wall = time.perf_counter() - t0
+    exc = query.exception()
+    if exc is not None:
+        raise RuntimeError(f"{method}: query failed: {exc}")
+    progress = query.recentProgress
+    rows = sum(p["numInputRows"] for p in progress)
+    outs = [p.get("sink", {}).get("numOutputRows", -1) for p in progress]
+    output_rows = sum(outs) if outs and all(o is not None and o >= 0 for o in outs) else None
+    state_rows = state_mem = None
+    custom: Dict[str, float] = {}
+    with_state = [p for p in progress if p.get("stateOperators")]
+    if with_state:
+        ops = with_state[-1]["stateOperators"]
+        state_rows = sum(op.get("numRowsTotal", 0) for op in ops)
+        state_mem = sum(op.get("memoryUsedBytes", 0) for op in ops)
+        for op in ops:
+            for k, v in (op.get("customMetrics") or {}).items():
+                custom[k] = custom.get(k, 0) + v
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return Run(wall, rows, len(progress), output_rows, heap.peak, state_rows, state_mem, custom)
+
+
+# ----------------------------------------------------------------------------- check
+
+
+def check_competitor(spark: SparkSession, input_dir: Path, work: Path) -> str:
+    """The pure-Python competitor must emit the same windows, with the same values, as ours."""
+    results = {}
+    for method, build in [
+        ("keyed", lambda ev: kw.keyed_watermark(ev, key="device", event_time="ts",
+                                                lateness=LATENESS).window(WINDOW).agg(*aggregates())),
+        ("python", lambda ev: python_keyed_windows(ev, LATENESS_US, WINDOW_US)),
+    ]:
+        ev = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(input_dir))
+        name = f"kwcheck_{method}_{int(time.time() * 1000)}"
+        q = (build(ev).writeStream.format("memory").queryName(name).outputMode("append")
+             .option("checkpointLocation", tempfile.mkdtemp(prefix="check-", dir=work))
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        rows = spark.sql(f"SELECT device, window.start AS s, n, avg_temp FROM {name}").collect()
+        results[method] = {(r.device, r.s): (r.n, r.avg_temp) for r in rows}
+    a, b = results["keyed"], results["python"]
+    if a.keys() != b.keys():
+        raise AssertionError(f"competitor check: windows differ: {len(a)} ours vs {len(b)} python, "
+                             f"e.g. {sorted(a.keys() ^ b.keys())[:3]}")
+    for k in a:
+        (n1, v1), (n2, v2) = a[k], b[k]
+        if n1 != n2 or abs(v1 - v2) > 1e-9 * max(1.0, abs(v1)):
+            raise AssertionError(f"competitor check: {k}: ours {a[k]} vs python {b[k]}")
+    return f"the pure-Python competitor emitted the same {len(a)} windows with the same values as ours"
+
+
+# ----------------------------------------------------------------------------- report
+
+
+@dataclass
+class Result:
+    config: str
+    method: str
+    total_rows: int
+    warmup: Optional[Run]
+    runs: List[Run]
+    open_windows: Optional[int]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(r.wall_s for r in self.runs)
+
+
+def fmt_bytes(n: Optional[float]) -> str:
+    if n is None:
+        return "–"
+    return f"{n / 2**20:,.1f}"
+
+
+def markdown(results: List[Result], header: List[str], notes: List[str]) -> str:
+    lines = list(header)
+    lines += [
+        "| config | method | rows | batches | timed runs | warm-up s | median s | min–max s "
+        "| rows/s | vs native | peak heap MiB | state rows | RocksDB mem MiB | state SST KiB "
+        "| open (key, window) | SST B / open window | windows out |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    native = {r.config: r.median for r in results if r.method == "native"}
+    for r in results:
+        last = r.runs[-1]
+        walls = [x.wall_s for x in r.runs]
+        ratio = native.get(r.config)
+        ratio_s = f"{ratio / r.median:.2f}x" if ratio else "–"
+        sst = last.state_custom.get("rocksdbSstFileSize")
+        sst_s = f"{sst / 1024:,.0f}" if sst else "–"
+        per_window = f"{sst / r.open_windows:,.1f}" if sst and r.open_windows else "–"
+        lines.append(
+            f"| {r.config} | {r.method} | {r.total_rows:,} | {last.batches} | {len(r.runs)} "
+            f"| {r.warmup.wall_s:.2f} | {r.median:.2f} | {min(walls):.2f}–{max(walls):.2f} "
+            f"| {r.total_rows / r.median:,.0f} | {ratio_s} "
+            f"| {max(x.peak_heap_bytes for x in r.runs) / 2**20:,.0f} "
+            f"| {last.state_rows if last.state_rows is not None else '–'} "
+            f"| {fmt_bytes(last.state_memory_bytes)} | {sst_s} "
+            f"| {r.open_windows if r.open_windows is not None else '–'} | {per_window} "
+            f"| {last.output_rows if last.output_rows is not None else '–'} |"
+            if r.warmup else "")
+    lines.append("")
+    lines += notes
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny smoke test (< 2 min)")
+    p.add_argument("--with-1m-keys", action="store_true", help="add the 1M-key configurations (slow)")
+    p.add_argument("--runs", type=int, default=3, help="timed runs per method and configuration")
+    p.add_argument("--slow-seconds", type=float, default=45.0,
+                   help="a method whose warm-up run takes longer than this gets one timed run")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
+    p.add_argument("--configs", default="", help="comma-separated config names, e.g. 'small/1k keys'")
+    p.add_argument("--small-rows", type=int, default=10_000, help="rows per micro-batch, small batches")
+    p.add_argument("--small-batches", type=int, default=20)
+    p.add_argument("--large-rows", type=int, default=250_000, help="rows per micro-batch, large batches")
+    p.add_argument("--large-batches", type=int, default=4)
+    p.add_argument("--driver-memory", default="4g")
+    p.add_argument("--changelog-checkpointing", action="store_true",
+                   help="enable RocksDB changelog checkpointing (Spark's default, off, otherwise)")
+    p.add_argument("--work-dir", default=None, help="data and checkpoints (default: a temp dir, removed)")
+    p.add_argument("--no-check", action="store_true", help="skip the competitor-vs-ours output check")
+    p.add_argument("--out", default=None, help="markdown output (default results/latest.md, "
+                                               "results/quick.md with --quick)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.runs = 1
+    return args
+
+
+def build_session(driver_memory: str, changelog: bool) -> SparkSession:
+    # Python workers (the competitor) must run this interpreter (pandas, numpy, pyarrow).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # pyspark 4.3 warns about pandas >= 3 in every worker; keep the log readable.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("keyed-watermarks-benchmarks")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+                "true" if changelog else "false")
+    )
+    spark = kw.configure(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    # The competitor's function is pickled by reference: ship its module to the Python workers.
+    spark.sparkContext.addPyFile(str(HERE / "python_keyed.py"))
+    return spark
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv: List[str]) -> int:
+    args = parse_args(argv)
+    methods = [m for m in args.methods.split(",") if m]
+    for m in methods:
+        if m not in METHODS:
+            raise SystemExit(f"unknown method {m!r}; choose from {METHODS}")
+    configs = configurations(args)
+    if not configs:
+        raise SystemExit("no configuration selected")
+    out_md = Path(args.out) if args.out else HERE / "results" / ("quick.md" if args.quick else "latest.md")
+    command = " ".join([".venv/bin/python", "benchmarks/run_benchmarks.py"] + [shlex.quote(a) for a in argv])
+
+    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="kw-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    spark = build_session(args.driver_memory, args.changelog_checkpointing)
+    check_note = None
+    results: List[Result] = []
+    try:
+        for ci, cfg in enumerate(configs):
+            input_dir = work / f"data-{ci}"
+            t = time.perf_counter()
+            info = generate(cfg, input_dir)
+            log(f"{cfg.name}: generated {cfg.batches} x {cfg.rows_per_batch:,} rows, "
+                f"{info['keys_seen']:,} keys seen, in {time.perf_counter() - t:.1f}s")
+            if ci == 0 and not args.no_check and {"keyed", "python"} <= set(methods) \
+                    and cfg.total_rows <= 300_000:
+                check_note = check_competitor(spark, input_dir, work)
+                log(check_note)
+            per_method: Dict[str, Result] = {}
+            # Warm-up: one full run per method (JIT, Python workers), reported separately.
+            for m in methods:
+                w = run_once(spark, m, input_dir, work)
+                if w.input_rows != cfg.total_rows:
+                    raise RuntimeError(f"{m}: read {w.input_rows} rows, expected {cfg.total_rows}")
+                open_windows = {"native": info["open_native"], "keyed": info["open_keyed"],
+                                "python": info["open_keyed"]}.get(m)
+                per_method[m] = Result(cfg.name, m, cfg.total_rows, w, [], open_windows)
+                log(f"{cfg.name} {m}: warm-up {w.wall_s:.2f}s")
+            # Timed runs, round-robin over the methods so machine noise hits them alike.
+            for i in range(args.runs):
+                for m in methods:
+                    r = per_method[m]
+                    if i > 0 and r.warmup.wall_s > args.slow_seconds:
+                        continue
+                    run = run_once(spark, m, input_dir, work)
+                    r.runs.append(run)
+                    log(f"{cfg.name} {m}: run {i + 1}: {run.wall_s:.2f}s")
+            results.extend(per_method[m] for m in methods)
+            shutil.rmtree(input_dir, ignore_errors=True)
+    finally:
+        jvm_version = spark.sparkContext._jvm.System.getProperty("java.version")
+        spark_version = spark.version
+        spark.stop()
+        if not args.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+    elapsed = time.time() - started
+    header = [
+        "# keyed-watermarks end-to-end benchmark",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; "
+        f"total time {elapsed / 60:.1f} min",
+        f"- Machine: {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}, "
+        f"Java {jvm_version}, Spark {spark_version}, load average at the end "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}",
+        f"- Spark: local[2], spark.sql.shuffle.partitions=2, AQE off, driver memory "
+        f"{args.driver_memory}, RocksDB state store (set by kw.configure) for every stateful "
+        f"method, changelog checkpointing {'on' if args.changelog_checkpointing else 'off (default)'}, "
+        "Trigger.AvailableNow, maxFilesPerTrigger=1, sink `noop`",
+        f"- Query: window {WINDOW}, lateness {LATENESS}, aggregates count(*), avg(temp); "
+        f"every micro-batch covers {BATCH_SPAN_US / 1e6:g} s of event time; "
+        f"{DELAYED_FRACTION:.0%} of rows delayed (exponential, mean {MEAN_DELAY_US / 1e6:g} s, "
+        f"cap {MAX_DELAY_US / 1e6:g} s)",
+        f"- Per configuration and method: one warm-up run (reported, not in the median), then "
+        f"{args.runs} timed runs round-robin over the methods (1 if the warm-up took more than "
+        f"{args.slow_seconds:g} s); every run starts from an empty checkpoint",
+        "",
+    ]
+    notes = [
+        "Columns: *rows/s* = rows / median wall time (query start to termination); *vs native* = "
+        "native median / this median (higher is faster); *peak heap* = max driver-JVM used heap "
+        "sampled every 0.1 s (Python workers not included); *state rows* / *state MiB* = "
+        "`numRowsTotal` summed over the state operators of the last batch with state (native: one "
+        "row per open (key, window); ours: one per key plus one per open (key, window); Python: "
+        "one per key); *RocksDB mem* = their `memoryUsedBytes` (RocksDB's memory estimate: "
+        "memtables and caches, mostly fixed, not the state's size); *state SST* = custom metric "
+        "`rocksdbSstFileSize`, the live (compressed) RocksDB files after the last commit, i.e. "
+        "the state's size on disk (0 or – when nothing was flushed yet, e.g. with changelog "
+        "checkpointing); *open (key, window)* = windows still in state at the end, computed from "
+        "the data under each method's semantics (Python keeps them inside one JSON value per "
+        "key); *SST B / open window* = state SST / open (key, window), per-key rows included; "
+        "*windows out* = sum of `sink.numOutputRows` (noop sink).",
+    ]
+    if check_note:
+        notes += ["", f"Check: {check_note} (first configuration, before timing)."]
+    report = markdown(results, header, notes)
+    print(report)
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    out_md.write_text(report)
+    raw = [{"config": r.config, "method": r.method, "total_rows": r.total_rows,
+            "open_windows": r.open_windows, "warmup": asdict(r.warmup),
+            "runs": [asdict(x) for x in r.runs]} for r in results]
+    out_md.with_suffix(".json").write_text(json.dumps({"command": command, "results": raw}, indent=1))
+    log(f"wrote {out_md} and {out_md.with_suffix('.json')} ({elapsed / 60:.1f} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
