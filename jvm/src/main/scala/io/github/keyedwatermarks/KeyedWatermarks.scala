@@ -23,7 +23,6 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  * }}}
  */
 object KeyedWatermarks {
-  val Version: String = "0.1.0"
   val OutputMetrics = "keyed_watermarks_output"
 
   def apply(
@@ -70,8 +69,6 @@ object KeyedWatermarks {
         s"(keyed_watermarks.configure(builder) does this); it is '$provider'")
   }
 
-  /** Parses a Spark duration string to microseconds (validation helper for Python). */
-  def durationMicros(option: String, text: String): Long = SparkInternals.durationMicros(option, text)
 }
 
 /** Per-key watermark settings over a stream; choose the windows next. */
