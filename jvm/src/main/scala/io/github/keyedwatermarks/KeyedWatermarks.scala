@@ -8,8 +8,9 @@ import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
 
 import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
 import io.github.keyedwatermarks.emission.WindowEmitter
-import io.github.keyedwatermarks.input.{InputPlan, ProjectedInput}
+import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, ProjectedInput}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
+import io.github.keyedwatermarks.watermark._
 import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
 
 /**
@@ -32,14 +33,21 @@ object KeyedWatermarks {
       lateness: String,
       idleTimeout: Option[String] = None): KeyedWatermark = {
     val input = InputPlan.validate(events, keys, eventTime)
-    val latenessMicros = SparkInternals.durationMicros("lateness", lateness)
-    if (latenessMicros < 0) throw new IllegalArgumentException(s"lateness: must not be negative, got '$lateness'")
-    val idleMillis = idleTimeout.map { t =>
-      val micros = SparkInternals.durationMicros("idle_timeout", t)
-      if (micros <= 0) throw new IllegalArgumentException(s"idle_timeout: must be positive, got '$t'")
-      math.max(1L, micros / 1000L)
-    }
-    new KeyedWatermark(input, latenessMicros, idleMillis)
+    val latenessMicros = nonNegative("lateness", lateness)
+    val base = new KeyedWatermark(input, lateness, WatermarkPolicy(latenessMicros), None, None)
+    idleTimeout.fold(base)(t => base.withIdleTimeout(t, advance = false))
+  }
+
+  private[keyedwatermarks] def nonNegative(option: String, duration: String): Long = {
+    val micros = SparkInternals.durationMicros(option, duration)
+    if (micros < 0) throw new IllegalArgumentException(s"$option: must not be negative, got '$duration'")
+    micros
+  }
+
+  private[keyedwatermarks] def positiveMillis(option: String, duration: String): Long = {
+    val micros = SparkInternals.durationMicros(option, duration)
+    if (micros <= 0) throw new IllegalArgumentException(s"$option: must be positive, got '$duration'")
+    math.max(1L, micros / 1000L)
   }
 
   // ---- py4j-friendly signatures (strings, java.util.List, null for "not set") ----
@@ -58,6 +66,13 @@ object KeyedWatermarks {
   def agg(window: KeyedWindow, aggs: java.util.List[Column], withReport: Boolean, keepLateRows: Boolean): DataFrame =
     if (withReport) window.aggWithReport(keepLateRows, aggs.asScala.toSeq: _*) else window.agg(aggs.asScala.toSeq: _*)
 
+  /** Per-key lateness from a mapping of (string) key value to duration; other keys use the default. */
+  def latenessMapping(watermark: KeyedWatermark, mapping: java.util.Map[String, String]): KeyedWatermark =
+    watermark.withLatenessMapping(mapping.asScala.toMap)
+
+  def sources(watermark: KeyedWatermark, source: Column, expected: java.util.List[String], idleTimeout: String): KeyedWatermark =
+    watermark.withSources(source, Option(expected).map(_.asScala.toSeq).getOrElse(Nil), Option(idleTimeout))
+
   val RocksDbProvider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
   /** transformWithState keeps its state only in the RocksDB provider: say so before the query starts. */
@@ -71,11 +86,92 @@ object KeyedWatermarks {
 
 }
 
-/** Per-key watermark settings over a stream; choose the windows next. */
+/**
+ * Per-key watermark settings over a stream; choose the policy (optional, see
+ * docs/semantics.md "Watermark policies"), then the windows. Each `with...` returns a copy.
+ */
 final class KeyedWatermark private[keyedwatermarks] (
     private[keyedwatermarks] val input: InputPlan,
-    val latenessMicros: Long,
-    val idleTimeoutMillis: Option[Long]) {
+    private[keyedwatermarks] val latenessText: String,
+    val policy: WatermarkPolicy,
+    private[keyedwatermarks] val latenessColumn: Option[Column],
+    private[keyedwatermarks] val sourceColumn: Option[Column]) {
+
+  def latenessMicros: Long = policy.latenessMicros
+  def idleTimeoutMillis: Option[Long] = policy.idleTimeoutMillis
+
+  private def copy(
+      policy: WatermarkPolicy = policy,
+      latenessColumn: Option[Column] = latenessColumn,
+      sourceColumn: Option[Column] = sourceColumn): KeyedWatermark =
+    new KeyedWatermark(input, latenessText, policy.validate(), latenessColumn, sourceColumn)
+
+  /**
+   * Per-key lateness from a column: a duration per row (a Spark duration string such as
+   * "5 minutes", a DAY TO SECOND interval or a CALENDAR interval without months); null uses
+   * the default lateness. A key's lateness is the largest value among its rows of its latest
+   * micro-batch.
+   */
+  def withLatenessColumn(lateness: Column): KeyedWatermark = {
+    if (lateness == null) throw new IllegalArgumentException("lateness: column is null")
+    DurationColumn.validate(input.events, lateness, "lateness")
+    copy(policy = policy.copy(lateness = ColumnLateness), latenessColumn = Some(lateness))
+  }
+
+  /** Per-key lateness from a mapping of key value (as a string) to a duration string. */
+  def withLatenessMapping(mapping: Map[String, String]): KeyedWatermark = {
+    if (input.keys.size != 1) throw new IllegalArgumentException(
+      s"lateness: a mapping needs a single key column, got ${input.keys.mkString(", ")}; use a lateness column")
+    val micros = mapping.map { case (k, d) => k -> KeyedWatermarks.nonNegative(s"lateness['$k']", d) }
+    val key = input.keyColumns.head.cast("string")
+    val column = micros.foldLeft(F.lit(null).cast("long")) { case (acc, (k, m)) => F.when(key === k, F.lit(m)).otherwise(acc) }
+    copy(policy = policy.copy(lateness = ColumnLateness), latenessColumn = Some(column))
+  }
+
+  /**
+   * Adaptive lateness: per key, the `quantile` of how far its rows trail the key's max event
+   * time, from a bounded sketch (Spark's QuantileSummaries, `relativeError`), within [min, max].
+   */
+  def withAdaptiveLateness(quantile: Double, min: String, max: String, relativeError: Double): KeyedWatermark = {
+    if (!(quantile > 0 && quantile <= 1)) throw new IllegalArgumentException(s"quantile: must be in (0, 1], got $quantile")
+    if (!(relativeError > 0 && relativeError < 1)) throw new IllegalArgumentException(
+      s"relative_error: must be in (0, 1), got $relativeError")
+    val lo = KeyedWatermarks.nonNegative("min_lateness", min)
+    val hi = KeyedWatermarks.nonNegative("max_lateness", max)
+    if (lo > hi) throw new IllegalArgumentException(s"min_lateness '$min' is above max_lateness '$max'")
+    copy(policy = policy.copy(lateness = AdaptiveLateness(quantile, lo, hi, relativeError)), latenessColumn = None)
+  }
+
+  /** `wm(k) = processing time - lateness` (the batch's processing time). */
+  def withProcessingTime(): KeyedWatermark = copy(policy = policy.copy(processingTime = true))
+
+  /**
+   * A key with no rows for `timeout` (processing time) is idle: all its windows are emitted and
+   * its state dropped, or with `advance` its watermark advances with the wall clock from then
+   * on, keeping the lag it had.
+   */
+  def withIdleTimeout(timeout: String, advance: Boolean): KeyedWatermark =
+    copy(policy = policy.copy(idleTimeoutMillis = Some(KeyedWatermarks.positiveMillis("idle_timeout", timeout)),
+      advanceWhenIdle = advance))
+
+  /** A key's watermark is held at most `maxSkew` behind Spark's global watermark. */
+  def withMaxSkew(maxSkew: String): KeyedWatermark =
+    copy(policy = policy.copy(maxSkewMicros = Some(KeyedWatermarks.nonNegative("max_skew", maxSkew))))
+
+  /** Every key uses Spark's global watermark (`withWatermark(eventTime, lateness)`). */
+  def withGlobalClosing(): KeyedWatermark = copy(policy = policy.copy(globalClosing = true))
+
+  /**
+   * Min of inputs: the watermark is kept per (key, source); the key's watermark is the minimum
+   * over its sources, defined once every `expected` source (or, if none given, every source
+   * seen) has reported; a source silent for `idleTimeout` stops holding the key back.
+   */
+  def withSources(source: Column, expected: Seq[String], idleTimeout: Option[String]): KeyedWatermark = {
+    if (source == null) throw new IllegalArgumentException("source: column is null")
+    input.events.select(source) // resolves now: an unknown column fails before the query starts
+    copy(policy = policy.copy(sources = Some(SourcePolicy(expected.distinct,
+      idleTimeout.map(KeyedWatermarks.positiveMillis("source_idle_timeout", _))))), sourceColumn = Some(source))
+  }
 
   /** Tumbling windows of the given size (a Spark duration string, e.g. "10 seconds"). */
   def window(windowDuration: String): KeyedWindow = window(windowDuration, null, null)
@@ -154,7 +250,13 @@ final class KeyedWindow private[keyedwatermarks] (
    */
   def aggWithReport(keepLateRows: Boolean, aggs: Column*): DataFrame = {
     if (aggs.isEmpty) throw new IllegalArgumentException("agg: at least one aggregate column is required")
-    val input = watermark.input
+    val policy = watermark.policy
+    // With max_skew / closing='global', Spark tracks its global watermark on the input; our
+    // partials carry no watermark column, so Spark drops nothing on its behalf.
+    val input =
+      if (!policy.usesGlobalWatermark) watermark.input
+      else InputPlan.validate(watermark.input.events.withWatermark(watermark.input.eventTime, watermark.latenessText),
+        watermark.input.keys, watermark.input.eventTime)
     KeyedWatermarks.requireRocksDb(input.events)
     // Spark resolves and type-checks the aggregates exactly as for a batch groupBy; a
     // non-aggregate expression fails here with Spark's own AnalysisException.
@@ -166,26 +268,35 @@ final class KeyedWindow private[keyedwatermarks] (
     val referenced = analyzed.flatMap(_.expressions).flatMap(_.collect { case ae: AggregateExpression => ae })
       .flatMap(_.references).map(_.exprId).toSet
     val aggregateInputs = eventColumns.filter(a => referenced.contains(a.exprId)).map(_.name)
-    val projected = ProjectedInput(input, aggregateInputs, keepLateRows)
+    val policyColumns =
+      watermark.latenessColumn.map(c => F.coalesce(DurationColumn.micros(input.events, c, "lateness"), F.lit(policy.latenessMicros))
+        .as(PartialAggregation.Lateness)).toSeq ++
+      watermark.sourceColumn.map(_.cast("string").as(PartialAggregation.Source)).toSeq
+    val projected = ProjectedInput(input, aggregateInputs, keepLateRows, policyColumns,
+      watermark.sourceColumn.map(_.cast("string")))
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(analyzed, SparkInternals.output(projected.frame))
     val resultSchema = reference.schema
     val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray,
       if (keepLateRows) Some(input.events.schema) else None, withRevision = allowedLatenessMicros.isDefined)
-    val partials = PartialAggregation(projected.frame, input.keys.size, assigner, aggregation, keepLateRows)
+    val partials = PartialAggregation(projected.frame, input.keys.size, assigner, aggregation, keepLateRows,
+      keepEventTimes = policy.lateness.isInstanceOf[AdaptiveLateness])
     val plan = OperatorPlan(
       keySchema = projected.keySchema,
       partialSchema = partials.schema,
       windows = assigner,
-      latenessMicros = watermark.latenessMicros,
+      policy = policy,
       allowedLatenessMicros = allowedLatenessMicros.getOrElse(0L),
-      idleTimeoutMillis = watermark.idleTimeoutMillis,
       keepLateRows = keepLateRows,
       aggregation = aggregation,
       emitter = emitter)
-    // Keyed logic never uses Spark's event-time mode (it would drop rows behind the *global*
-    // watermark). ProcessingTime mode makes Spark run a no-data batch after every batch (it
-    // cannot know when a timer is due), so it is used only when idle_timeout needs timers.
-    val timeMode = if (watermark.idleTimeoutMillis.isDefined) TimeMode.ProcessingTime() else TimeMode.None()
+    // ProcessingTime mode makes Spark run a no-data batch after every batch (it cannot know
+    // when a timer is due), so it is used only when a policy needs processing-time timers.
+    // EventTime mode gives us Spark's global watermark (max_skew, closing='global'); it drops
+    // no rows here because no column of the partials carries watermark metadata.
+    val timeMode =
+      if (policy.usesProcessingTimers) TimeMode.ProcessingTime()
+      else if (policy.usesGlobalWatermark) TimeMode.EventTime()
+      else TimeMode.None()
     val keyNames = input.keys.indices.map(ProjectedInput.keyColumnName)
     val out = partials
       .groupBy(keyNames.map(F.col): _*)

@@ -26,15 +26,21 @@ import io.github.keyedwatermarks.window.WindowAssigner
  *
  * Output layout (the operator relies on it): stored buffer fields b0..bn first (so a partial
  * row is directly the right-hand side of CatalystAggregation.merge), then window start, row
- * count, max event time, then the key columns. `kw_rows` counts the rows whose *last* window
- * is this one, so that with sliding windows a row counts as late only when all its windows
- * are closed.
+ * count, max event time, then the key columns, then the optional watermark-policy columns
+ * (`kw_lateness_us`: the partial's max per-row lateness; `kw_event_times`: every row's event
+ * time, for adaptive lateness; `kw_source`: the source, part of the grouping for min of
+ * inputs), then the kept rows. `kw_rows` counts the rows whose *last* window is this one, so
+ * that with sliding windows a row counts as late only when all its windows are closed.
  */
 object PartialAggregation {
   val WindowStart = "kw_window_start"
   val Rows = "kw_rows"
   val MaxEventTime = "kw_max_event_time"
   val KeptRows = "kw_kept_rows"
+  val EventTimes = "kw_event_times"
+  /** Optional input columns the partials carry (see input.ProjectedInput). */
+  val Lateness = "kw_lateness_us"
+  val Source = "kw_source"
 
   /**
    * @param input     rows with the key columns first, then the event time (micros), then the
@@ -49,7 +55,8 @@ object PartialAggregation {
       keyCount: Int,
       windows: WindowAssigner,
       aggregation: CatalystAggregation,
-      keepRows: Boolean): DataFrame = {
+      keepRows: Boolean,
+      keepEventTimes: Boolean = false): DataFrame = {
     val session = input.sparkSession
     install(session)
     val child = SparkInternals.analyzedPlan(input)
@@ -58,9 +65,14 @@ object PartialAggregation {
     val meta = Seq(WindowStart, Rows, MaxEventTime).map(n => AttributeReference(n, LongType, nullable = false)())
     val kept = if (keepRows) Some(inputs.last) else None
     val keptOut = kept.map(a => AttributeReference(KeptRows, ArrayType(a.dataType, containsNull = false))()).toSeq
+    val lateness = inputs.find(_.name == Lateness)
+    val source = inputs.find(_.name == Source)
+    val policyOut = lateness.map(_ => AttributeReference(Lateness, LongType, nullable = false)()).toSeq ++
+      (if (keepEventTimes) Seq(AttributeReference(EventTimes, ArrayType(LongType, containsNull = false), nullable = false)())
+       else Nil) ++ source.toSeq
     val node = KeyedPartialAggregate(
-      inputs.take(keyCount), inputs(keyCount), kept, windows, aggregation, inputs,
-      buffers ++ meta ++ inputs.take(keyCount) ++ keptOut, child)
+      inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source),
+      windows, aggregation, inputs, buffers ++ meta ++ inputs.take(keyCount) ++ policyOut ++ keptOut, child)
     SparkBridge.ofRows(session, node)
   }
 
@@ -72,11 +84,17 @@ object PartialAggregation {
   }
 }
 
+/** The watermark-policy inputs a partial carries: lateness column, event times, source. */
+final case class PolicyColumns(lateness: Option[Attribute], eventTimes: Boolean, source: Option[Attribute]) {
+  def width: Int = lateness.size + (if (eventTimes) 1 else 0) + source.size
+}
+
 /** Logical node; `inputs` lists every column read so column pruning keeps them. */
 case class KeyedPartialAggregate(
     keys: Seq[Attribute],
     eventTime: Attribute,
     keptRow: Option[Attribute],
+    policy: PolicyColumns,
     windows: WindowAssigner,
     aggregation: CatalystAggregation,
     inputs: Seq[Attribute],
@@ -89,7 +107,7 @@ case class KeyedPartialAggregate(
 object KeyedPartialAggregateStrategy extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case p: KeyedPartialAggregate =>
-      KeyedPartialAggregateExec(p.keys, p.eventTime, p.keptRow, p.windows, p.aggregation, p.inputs, p.output,
+      KeyedPartialAggregateExec(p.keys, p.eventTime, p.keptRow, p.policy, p.windows, p.aggregation, p.inputs, p.output,
         planLater(p.child)) :: Nil
     case _ => Nil
   }
@@ -99,6 +117,7 @@ case class KeyedPartialAggregateExec(
     keys: Seq[Attribute],
     eventTime: Attribute,
     keptRow: Option[Attribute],
+    policy: PolicyColumns,
     windows: WindowAssigner,
     aggregation: CatalystAggregation,
     inputs: Seq[Attribute],
@@ -117,14 +136,18 @@ case class KeyedPartialAggregateExec(
     val ts = eventTime
     val outAttrs = output
     val kept = keptRow
+    val policyCols = policy
     child.execute().mapPartitions { rows =>
       val reorder: InternalRow => InternalRow =
         if (childOutput.map(_.exprId) == in.map(_.exprId)) identity else UnsafeProjection.create(in, childOutput)
       // Grouping key (keys..., window start) over JoinedRow(input row, window start).
       val windowStart = new SpecificInternalRow(Seq(LongType))
       val withStart = new JoinedRow
+      // The source (min of inputs) is part of the grouping: the operator needs each source's max.
       val groupKey = UnsafeProjection.create(
-        keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+ BoundReference(in.size, LongType, nullable = false))
+        (keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+ BoundReference(in.size, LongType, nullable = false)) ++
+          policyCols.source.map(s => BindReferences.bindReference[Expression](s, in)).toSeq)
+      val latenessOrdinal = policyCols.lateness.map(l => in.indexWhere(_.exprId == l.exprId)).getOrElse(-1)
       val tsOrdinal = in.indexWhere(_.exprId == ts.exprId)
       val keptOrdinal = kept.map(k => in.indexWhere(_.exprId == k.exprId)).getOrElse(-1)
       val keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0)
@@ -148,16 +171,24 @@ case class KeyedPartialAggregateExec(
           if (last) {
             partial.rows += 1
             if (keptOrdinal >= 0) partial.keep(row.getStruct(keptOrdinal, keptWidth).copy())
+            if (policyCols.eventTimes) partial.eventTimes += t
             last = false
           }
           if (t > partial.maxEventTime) partial.maxEventTime = t
+          if (latenessOrdinal >= 0) {
+            val l = row.getLong(latenessOrdinal)
+            if (l > partial.maxLateness) partial.maxLateness = l
+          }
         }
       }
       val n = keyAttrs.size
       val project = UnsafeProjection.create(
         outAttrs.indices.map(i => BoundReference(i, outAttrs(i).dataType, outAttrs(i).nullable)))
       val meta = new SpecificInternalRow(Seq(LongType, LongType, LongType))
-      val keyPart = new SpecificInternalRow(keyAttrs.map(_.dataType) ++ kept.map(_.dataType).toSeq)
+      val policyTypes = policyCols.lateness.map(_ => LongType).toSeq ++
+        (if (policyCols.eventTimes) Seq(ArrayType(LongType, containsNull = false)) else Nil) ++
+        policyCols.source.map(_.dataType).toSeq
+      val keyPart = new SpecificInternalRow(keyAttrs.map(_.dataType) ++ policyTypes ++ kept.map(_.dataType).toSeq)
       partials.entrySet().iterator().asScala.map { e =>
         val key = e.getKey
         val p = e.getValue
@@ -166,7 +197,10 @@ case class KeyedPartialAggregateExec(
         meta.setLong(2, p.maxEventTime)
         var i = 0
         while (i < n) { keyPart.update(i, key.get(i, keyAttrs(i).dataType)); i += 1 }
-        if (keptOrdinal >= 0) keyPart.update(n, p.keptRows)
+        if (policyCols.lateness.isDefined) { keyPart.setLong(i, p.maxLateness); i += 1 }
+        if (policyCols.eventTimes) { keyPart.update(i, new GenericArrayData(p.eventTimes.toArray[Any])); i += 1 }
+        policyCols.source.foreach { s => keyPart.update(i, key.get(n + 1, s.dataType)); i += 1 }
+        if (keptOrdinal >= 0) keyPart.update(i, p.keptRows)
         project(new JoinedRow(new JoinedRow(agg.toStored(p.buffer), meta), keyPart))
       }
     }
@@ -177,6 +211,9 @@ case class KeyedPartialAggregateExec(
 private final class Partial(val buffer: InternalRow) {
   var rows: Long = 0L
   var maxEventTime: Long = Long.MinValue
+  var maxLateness: Long = Long.MinValue
+  /** Event times of the rows this partial counts (adaptive lateness only). */
+  lazy val eventTimes = scala.collection.mutable.ArrayBuffer.empty[Long]
   private var kept: scala.collection.mutable.ArrayBuffer[InternalRow] = null
   def keep(row: InternalRow): Unit = {
     if (kept == null) kept = scala.collection.mutable.ArrayBuffer.empty

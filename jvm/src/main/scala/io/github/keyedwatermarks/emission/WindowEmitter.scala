@@ -17,6 +17,8 @@ import io.github.keyedwatermarks.watermark.KeyWatermark
  *    count, "late_row" for one kept late row;
  *  - `kw_late_rows`: number of late rows of the key in this batch ("late" rows only);
  *  - `kw_watermark`: the key's watermark at the start of the batch (null if undefined);
+ *  - `kw_regressions`: on a "watermark" row (one per key and batch in which the watermark
+ *    policy proposed a value below the held watermark): the key's attempted regressions so far;
  *  - when late rows are kept: `kw_late_row` (the original row, as a struct) and `kw_reason`.
  * The public `agg()` keeps only the window rows and drops the report columns.
  */
@@ -36,6 +38,7 @@ final class WindowEmitter(
       .add(KindColumn, StringType, nullable = false)
       .add(LateRowsColumn, LongType, nullable = true)
       .add(WatermarkColumn, TimestampType, nullable = true)
+      .add(RegressionsColumn, LongType, nullable = true)
     lateRowSchema.fold(base)(s => base.add(LateRowColumn, s, nullable = true).add(ReasonColumn, StringType, nullable = true))
   }
 
@@ -73,11 +76,18 @@ final class WindowEmitter(
     converter.toExternal(new GenericInternalRow(values))
   }
 
+  /** The key's held watermark after a batch whose proposal would have moved it backward. */
+  def heldWatermark(key: InternalRow, regressions: Long, watermark: Long): Row = {
+    val values = keyed(key, WatermarkKind, watermark)
+    values(resultSchema.length + 3) = regressions
+    converter.toExternal(new GenericInternalRow(values))
+  }
+
   /** One kept late row: its original columns, the key's watermark and why it is late. */
   def lateRow(key: InternalRow, original: InternalRow, watermark: Long): Row = {
     val values = keyed(key, LateRowKind, watermark)
-    values(resultSchema.length + 3) = original
-    values(resultSchema.length + 4) = LateReason
+    values(resultSchema.length + 4) = original
+    values(resultSchema.length + 5) = LateReason
     converter.toExternal(new GenericInternalRow(values))
   }
 }
@@ -88,11 +98,14 @@ object WindowEmitter {
   val WatermarkColumn = "kw_watermark"
   val LateRowColumn = "kw_late_row"
   val ReasonColumn = "kw_reason"
+  val RegressionsColumn = "kw_regressions"
   val RevisionColumn = "revision"
-  val ReportColumns: Seq[String] = Seq(KindColumn, LateRowsColumn, WatermarkColumn, LateRowColumn, ReasonColumn)
+  val ReportColumns: Seq[String] =
+    Seq(KindColumn, LateRowsColumn, WatermarkColumn, RegressionsColumn, LateRowColumn, ReasonColumn)
   private val WindowKind = UTF8String.fromString("window")
   private val LateKind = UTF8String.fromString("late")
   private val LateRowKind = UTF8String.fromString("late_row")
+  private val WatermarkKind = UTF8String.fromString("watermark")
   private val LateReason = UTF8String.fromString(
     "all windows of the row end at or before its key's watermark at the start of the micro-batch")
 }

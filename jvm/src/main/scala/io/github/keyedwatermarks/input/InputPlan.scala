@@ -61,20 +61,34 @@ object ProjectedInput {
 
   private def column(plan: InputPlan, name: String) = plan.events.col("`" + name.replace("`", "``") + "`")
 
-  def apply(plan: InputPlan, aggregateInputs: Seq[String], keepRows: Boolean): ProjectedInput = {
+  /**
+   * @param policyColumns named columns the watermark policy reads (per-row lateness, source),
+   *                      placed after the aggregates' inputs
+   * @param source        min of inputs: rows with a null source are invalid (counted, never
+   *                      aggregated), as rows with a null key are
+   */
+  def apply(
+      plan: InputPlan,
+      aggregateInputs: Seq[String],
+      keepRows: Boolean,
+      policyColumns: Seq[Column] = Nil,
+      source: Option[Column] = None): ProjectedInput = {
     val keyColumns = plan.keyColumns.zipWithIndex.map { case (c, i) => c.as(keyColumnName(i)) }
     val original =
       if (keepRows) Seq(F.struct(plan.events.columns.toSeq.map(column(plan, _)): _*).as(OriginalRow)) else Nil
     val columns = keyColumns ++ Seq(F.unix_micros(plan.eventTimeColumn).as(InputPlan.EventTimeMicros)) ++
-      aggregateInputs.distinct.map(column(plan, _)) ++ original
+      aggregateInputs.distinct.map(column(plan, _)) ++ policyColumns ++ original
     val anyKeyNull = plan.keyColumns.map(_.isNull).reduce(_ || _)
     val eventTimeNull = plan.eventTimeColumn.isNull
+    val sourceNull = source.map(_.isNull).getOrElse(F.lit(false))
+    val metrics = Seq(
+      F.count(F.lit(1)).as("input_rows"),
+      F.count(F.when(anyKeyNull, 1)).as("null_key_rows"),
+      F.count(F.when(!anyKeyNull && eventTimeNull, 1)).as("null_event_time_rows")) ++
+      source.map(_ => F.count(F.when(!anyKeyNull && !eventTimeNull && sourceNull, 1)).as("null_source_rows")).toSeq
     val projected = plan.events
-      .observe(InputPlan.InputMetrics,
-        F.count(F.lit(1)).as("input_rows"),
-        F.count(F.when(anyKeyNull, 1)).as("null_key_rows"),
-        F.count(F.when(!anyKeyNull && eventTimeNull, 1)).as("null_event_time_rows"))
-      .where(!anyKeyNull && !eventTimeNull)
+      .observe(InputPlan.InputMetrics, metrics.head, metrics.tail: _*)
+      .where(!anyKeyNull && !eventTimeNull && !sourceNull)
       .select(columns: _*)
     val keySchema = StructType(projected.schema.take(plan.keys.size))
     ProjectedInput(projected, keySchema, keepRows)

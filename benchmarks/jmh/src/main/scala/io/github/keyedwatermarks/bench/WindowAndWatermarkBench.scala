@@ -4,7 +4,7 @@ import java.util.concurrent.TimeUnit
 
 import org.openjdk.jmh.annotations._
 
-import io.github.keyedwatermarks.watermark.{KeyWatermark, LateRowPolicy}
+import io.github.keyedwatermarks.watermark.{KeyWatermark, LateRowPolicy, WatermarkPolicy}
 import io.github.keyedwatermarks.window.{TumblingWindows, WindowAssigner}
 
 /**
@@ -40,20 +40,20 @@ class WindowAndWatermarkBench {
   @Benchmark
   @OperationsPerInvocation(1024)
   def watermarkObserve(): Long = {
-    val wm = new KeyWatermark(latenessMicros)
+    val wm = fresh()
     var i = 0
     while (i < times.length) { wm.observe(times(i)); i += 1 }
-    wm.current
+    wm.proposal(latenessMicros)
   }
 
   /** KeyWatermark.current after each observe (what a per-row lateness check would need). */
   @Benchmark
   @OperationsPerInvocation(1024)
   def watermarkObserveCurrent(): Long = {
-    val wm = new KeyWatermark(latenessMicros)
+    val wm = fresh()
     var acc = 0L
     var i = 0
-    while (i < times.length) { wm.observe(times(i)); acc += wm.current; i += 1 }
+    while (i < times.length) { wm.observe(times(i)); acc += wm.proposal(latenessMicros); i += 1 }
     acc
   }
 
@@ -64,8 +64,9 @@ class WindowAndWatermarkBench {
   @Benchmark
   @OperationsPerInvocation(1024)
   def windowLateCheckObserve(): Long = {
-    val wm = new KeyWatermark(latenessMicros, times(times.length / 2))
-    val atStart = wm.current
+    val wm = fresh()
+    wm.observe(times(times.length / 2))
+    val atStart = wm.proposal(latenessMicros)
     var late = 0L
     var i = 0
     while (i < times.length) {
@@ -74,8 +75,10 @@ class WindowAndWatermarkBench {
       wm.observe(t)
       i += 1
     }
-    late + wm.current
+    late + wm.proposal(latenessMicros)
   }
+
+  private def fresh() = new KeyWatermark(WatermarkPolicy(latenessMicros), KeyWatermark.fresh(latenessMicros))
 }
 
 object EventTimes {

@@ -1,0 +1,139 @@
+package io.github.keyedwatermarks.operator
+
+import scala.collection.mutable
+
+import org.apache.spark.sql.Row
+import org.apache.spark.sql.catalyst.InternalRow
+
+import io.github.keyedwatermarks.state.KeyState
+import io.github.keyedwatermarks.watermark._
+
+/**
+ * One key's watermark across one micro-batch (or timer): loads the key's record, applies the
+ * policy's clock floors at the start, collects what the batch's partials tell the policy
+ * (max event time, per-row lateness, event times for the adaptive sketch, per-source maxima),
+ * and proposes the new watermark at the end. All state access for the watermark is here.
+ */
+private[operator] final class KeyWatermarkUpdate(
+    policy: WatermarkPolicy, state: KeyState, layout: PartialLayout, nowMs: Long, globalWatermark: Long) {
+
+  val record: KeyWatermarkState = state.loadWatermark()
+  val watermark = new KeyWatermark(policy, record)
+  /** `wm_N(k)`: the watermark at the start of the batch, after the clock floors. */
+  val atStart: Long = watermark.applyFloors(nowMs, globalWatermark)
+
+  private var batchLateness = Long.MinValue
+  private val eventTimes = mutable.ArrayBuilder.make[Long]
+  private val sourceMax = mutable.HashMap.empty[String, Long]
+  private var sawRows = false
+  private val regressionsBefore = record.regressions
+
+  def observe(partial: InternalRow): Unit = {
+    sawRows = true
+    val maxT = partial.getLong(layout.maxEventTime)
+    watermark.observe(maxT)
+    if (layout.lateness >= 0) batchLateness = math.max(batchLateness, partial.getLong(layout.lateness))
+    if (layout.eventTimes >= 0) {
+      val ts = partial.getArray(layout.eventTimes)
+      var i = 0
+      while (i < ts.numElements()) { eventTimes += ts.getLong(i); i += 1 }
+    }
+    if (layout.source >= 0) {
+      val s = partial.getUTF8String(layout.source).toString
+      sourceMax.update(s, math.max(sourceMax.getOrElse(s, Long.MinValue), maxT))
+    }
+  }
+
+  /** Ends the batch: the policy's proposal, then the floors. Returns the new watermark. */
+  def finish(): Long =
+    if (sawRows) watermark.advanceWithRows(proposal(withRows = true), nowMs, globalWatermark)
+    else watermark.advanceWithoutRows(proposal(withRows = false), nowMs, globalWatermark)
+
+  /** Whether this batch's proposal was held back (an attempted regression). */
+  def regressed: Boolean = record.regressions > regressionsBefore
+
+  def store(lateRows: Long): Unit = {
+    record.lateRows += lateRows
+    state.storeWatermark(record)
+  }
+
+  private def keyLateness(withRows: Boolean): Long = policy.lateness match {
+    case FixedLateness => policy.latenessMicros
+    case ColumnLateness =>
+      if (withRows && batchLateness != Long.MinValue) {
+        if (batchLateness < 0) throw new IllegalArgumentException(
+          s"lateness: the per-key lateness column gave a negative duration (${batchLateness} microseconds)")
+        record.latenessMicros = batchLateness
+      }
+      record.latenessMicros
+    case a: AdaptiveLateness =>
+      if (withRows) {
+        val sketch = state.loadSketch(a.relativeError)
+        val max = record.maxEventTime
+        eventTimes.result().foreach(t => sketch.insert((max - t).toDouble))
+        sketch.quantile(a.quantile).foreach { q =>
+          record.latenessMicros = math.min(a.maxMicros, math.max(a.minMicros, math.round(q)))
+        }
+        state.storeSketch(sketch)
+      }
+      record.latenessMicros
+  }
+
+  private def proposal(withRows: Boolean): Long = {
+    if (policy.processingTime || policy.globalClosing) return KeyWatermark.Undefined
+    val lateness = keyLateness(withRows)
+    (policy.sources, state.sources) match {
+      case (Some(sp), Some(map)) =>
+        sourceMax.foreach { case (s, maxT) =>
+          val previous = map.getValue(s)
+          val kept = if (previous == null) maxT else math.max(previous.getLong(0), maxT)
+          map.updateValue(s, Row(kept, nowMs))
+        }
+        sourceProposal(sp, map.iterator().map { case (s, r) => (s, r.getLong(0), r.getLong(1)) }.toList, lateness)
+      case _ => watermark.proposal(lateness)
+    }
+  }
+
+  /** Min of inputs over the key's sources that are not idle (max over all if all are idle). */
+  private def sourceProposal(sp: SourcePolicy, sources: List[(String, Long, Long)], lateness: Long): Long = {
+    val seen = sources.map(_._1).toSet
+    if (!sp.expected.forall(seen.contains)) return KeyWatermark.Undefined
+    val active = sp.idleTimeoutMillis match {
+      case Some(t) => sources.filter(s => nowMs - s._3 < t)
+      case None => sources
+    }
+    val marks = (if (active.nonEmpty) active else sources).map(s => KeyWatermark.saturatingMinus(s._2, lateness))
+    if (marks.isEmpty) KeyWatermark.Undefined
+    else if (active.nonEmpty) marks.min
+    else marks.max
+  }
+
+  /** Processing times at which a source of this key turns idle (so its watermark may jump). */
+  def sourceIdleTimes: Seq[Long] = (policy.sources, state.sources) match {
+    case (Some(SourcePolicy(_, Some(t))), Some(map)) =>
+      map.iterator().map(_._2.getLong(1) + t).filter(_ > nowMs).toList
+    case _ => Nil
+  }
+}
+
+/** Ordinals of a partial row's columns (see compat.PartialAggregation for the layout). */
+final case class PartialLayout(
+    windowStart: Int, rows: Int, maxEventTime: Int, lateness: Int, eventTimes: Int, source: Int,
+    kept: Int, keptWidth: Int)
+
+object PartialLayout {
+  import org.apache.spark.sql.types.{ArrayType, StructType}
+  import io.github.keyedwatermarks.compat.PartialAggregation
+
+  def apply(partialSchema: StructType): PartialLayout = {
+    def ordinal(name: String) = partialSchema.fieldNames.indexOf(name)
+    val kept = ordinal(PartialAggregation.KeptRows)
+    val keptWidth = if (kept < 0) 0 else partialSchema(kept).dataType match {
+      case a: ArrayType => a.elementType.asInstanceOf[StructType].length
+      case _ => 0
+    }
+    PartialLayout(ordinal(PartialAggregation.WindowStart), ordinal(PartialAggregation.Rows),
+      ordinal(PartialAggregation.MaxEventTime), ordinal(PartialAggregation.Lateness),
+      ordinal(PartialAggregation.EventTimes), ordinal(PartialAggregation.Source), kept, keptWidth)
+  }
+}
