@@ -6,7 +6,7 @@
 """
 
 from keyed_watermarks._jvm import configure, jar_path
-from keyed_watermarks.keyed import KeyedWatermark, KeyedWindow, keyed_watermark
+from keyed_watermarks.keyed import AdaptiveLateness, KeyedWatermark, KeyedWindow, keyed_watermark
 from keyed_watermarks.report import foreach_batch, split_report
 
 __version__ = "0.1.0"
@@ -14,6 +14,7 @@ __all__ = [
     "configure",
     "jar_path",
     "keyed_watermark",
+    "AdaptiveLateness",
     "KeyedWatermark",
     "KeyedWindow",
     "split_report",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any, List, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from pyspark.errors import PySparkTypeError, PySparkValueError
 from pyspark.sql import Column, DataFrame
@@ -44,6 +45,27 @@ def _names(option: str, value: Union[str, Sequence[str]]) -> List[str]:
             message=f"{option}: expected a column name or a non-empty list of names, got {value!r}"
         )
     return names
+
+
+@dataclass(frozen=True)
+class AdaptiveLateness:
+    """Per-key lateness learnt from the key's own out-of-orderness (see docs/semantics.md).
+
+    A key's lateness is the ``quantile`` of how far its rows trail the key's max event time,
+    kept in a bounded quantile sketch (Spark's ``QuantileSummaries`` with ``relative_error``),
+    clamped to ``[min, max]``. The watermark never moves backward: a learnt lateness that
+    would move it back is held and counted.
+
+    >>> kw.keyed_watermark(events, key="device", event_time="ts", lateness="30 seconds",
+    ...                    adaptive_lateness=kw.AdaptiveLateness(0.99, min="1 second",
+    ...                                                          max="10 minutes"))
+    ... # doctest: +SKIP
+    """
+
+    quantile: float = 0.99
+    min: Duration = "0 seconds"
+    max: Duration = "1 hour"
+    relative_error: float = 0.01
 
 
 class KeyedWindow:
@@ -126,6 +148,16 @@ class KeyedWatermark:
         event_time: str,
         lateness: Duration,
         idle_timeout: Optional[Duration] = None,
+        *,
+        key_lateness: Union[Column, Mapping[str, Duration], None] = None,
+        adaptive_lateness: Optional[AdaptiveLateness] = None,
+        clock: str = "event_time",
+        advance_when_idle: bool = False,
+        max_skew: Optional[Duration] = None,
+        closing: str = "keyed",
+        source: Union[str, Column, None] = None,
+        sources: Optional[Sequence[str]] = None,
+        source_idle_timeout: Optional[Duration] = None,
     ) -> None:
         keys = _names("key", key)
         if not isinstance(event_time, str) or not event_time:
@@ -134,18 +166,76 @@ class KeyedWatermark:
             )
         if lateness is None:
             raise PySparkValueError(message="lateness: a duration is required, e.g. '5 seconds'")
+        if clock not in ("event_time", "processing_time"):
+            raise PySparkValueError(
+                message=f"clock: expected 'event_time' or 'processing_time', got {clock!r}"
+            )
+        if closing not in ("keyed", "global"):
+            raise PySparkValueError(message=f"closing: expected 'keyed' or 'global', got {closing!r}")
+        if not isinstance(advance_when_idle, bool):
+            raise PySparkTypeError(message="advance_when_idle: expected a bool")
+        if key_lateness is not None and adaptive_lateness is not None:
+            raise PySparkValueError(
+                message="key_lateness and adaptive_lateness: choose one way to set per-key lateness"
+            )
+        if sources is not None and source is None:
+            raise PySparkValueError(message="sources: needs the source column (source=...)")
+        if source_idle_timeout is not None and source is None:
+            raise PySparkValueError(message="source_idle_timeout: needs the source column (source=...)")
         jvm_facade = facade(events)
-        jkeys = events.sparkSession.sparkContext._jvm.java.util.ArrayList()
+        jvm = events.sparkSession.sparkContext._jvm
+        jkeys = jvm.java.util.ArrayList()
         for k in keys:
             jkeys.add(k)
         self._events = events
-        self._jwatermark = jvm_facade.keyedWatermark(
-            events._jdf,
-            jkeys,
-            event_time,
-            _duration("lateness", lateness),
-            _duration("idle_timeout", idle_timeout),
+        jwm = jvm_facade.keyedWatermark(
+            events._jdf, jkeys, event_time, _duration("lateness", lateness), None
         )
+        if key_lateness is not None:
+            if isinstance(key_lateness, Column):
+                jwm = jwm.withLatenessColumn(key_lateness._jc)
+            elif isinstance(key_lateness, Mapping):
+                jmap = jvm.java.util.HashMap()
+                for k, d in key_lateness.items():
+                    jmap.put(str(k), _duration(f"key_lateness[{k!r}]", d))
+                jwm = jvm_facade.latenessMapping(jwm, jmap)
+            else:
+                raise PySparkTypeError(
+                    message="key_lateness: expected a Column of durations or a dict of key -> duration, "
+                    f"got {type(key_lateness).__name__}"
+                )
+        if adaptive_lateness is not None:
+            if not isinstance(adaptive_lateness, AdaptiveLateness):
+                raise PySparkTypeError(message="adaptive_lateness: expected kw.AdaptiveLateness(...)")
+            a = adaptive_lateness
+            jwm = jwm.withAdaptiveLateness(
+                float(a.quantile), _duration("min", a.min), _duration("max", a.max), float(a.relative_error)
+            )
+        if clock == "processing_time":
+            jwm = jwm.withProcessingTime()
+        if idle_timeout is not None:
+            jwm = jwm.withIdleTimeout(_duration("idle_timeout", idle_timeout), advance_when_idle)
+        elif advance_when_idle:
+            raise PySparkValueError(message="advance_when_idle: needs idle_timeout")
+        if max_skew is not None:
+            jwm = jwm.withMaxSkew(_duration("max_skew", max_skew))
+        if closing == "global":
+            jwm = jwm.withGlobalClosing()
+        if source is not None:
+            from pyspark.sql import functions as F
+
+            source_col = F.col(source) if isinstance(source, str) else source
+            if not isinstance(source_col, Column):
+                raise PySparkTypeError(message="source: expected a column name or a Column")
+            jexpected = jvm.java.util.ArrayList()
+            for name in sources or []:
+                if not isinstance(name, str):
+                    raise PySparkTypeError(message=f"sources: expected strings, got {name!r}")
+                jexpected.add(name)
+            jwm = jvm_facade.sources(
+                jwm, source_col._jc, jexpected, _duration("source_idle_timeout", source_idle_timeout)
+            )
+        self._jwatermark = jwm
 
     def window(
         self,
@@ -194,17 +284,61 @@ def keyed_watermark(
     event_time: str,
     lateness: Duration,
     idle_timeout: Optional[Duration] = None,
+    *,
+    key_lateness: Union[Column, Mapping[str, Duration], None] = None,
+    adaptive_lateness: Optional[AdaptiveLateness] = None,
+    clock: str = "event_time",
+    advance_when_idle: bool = False,
+    max_skew: Optional[Duration] = None,
+    closing: str = "keyed",
+    source: Union[str, Column, None] = None,
+    sources: Optional[Sequence[str]] = None,
+    source_idle_timeout: Optional[Duration] = None,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
     :param key: key column name or list of names (e.g. the device id).
     :param event_time: TIMESTAMP column with each row's event time.
     :param lateness: how far a key's watermark trails its max event time, as a Spark
-        duration string (``"5 seconds"``) or ``datetime.timedelta``.
-    :param idle_timeout: optional processing-time duration after which a silent key's open
-        windows are emitted and its state dropped.
+        duration string (``"5 seconds"``) or ``datetime.timedelta``; the default for
+        ``key_lateness``.
+    :param idle_timeout: optional processing-time duration after which a silent key is idle:
+        its open windows are emitted and its state dropped (or, with ``advance_when_idle``,
+        its watermark advances with the wall clock, keeping the lag it had).
+    :param key_lateness: per-key lateness: a Column of durations (null: ``lateness``) or a
+        dict ``{key value: duration}`` for a single key column.
+    :param adaptive_lateness: learn each key's lateness from its out-of-orderness
+        (:class:`AdaptiveLateness`).
+    :param clock: ``"event_time"`` (default) or ``"processing_time"``
+        (``wm(key) = processing time - lateness``).
+    :param max_skew: hold each key's watermark at most this far behind Spark's global watermark.
+    :param closing: ``"keyed"`` (default) or ``"global"``: every key uses Spark's global
+        watermark (``withWatermark(event_time, lateness)``), for migration and A/B comparison.
+    :param source: min of inputs: a column naming each row's source (gateway, link); the
+        watermark is kept per (key, source) and the key's is their minimum.
+    :param sources: the sources every key must hear from before it has a watermark
+        (default: the sources seen so far).
+    :param source_idle_timeout: a source silent this long stops holding its key back.
 
-    Bad input (unknown column, non-timestamp event time, bad or negative duration) raises
-    before any query starts.
+    Bad input (unknown column, non-timestamp event time, bad or negative duration, options
+    that cannot be combined) raises before any query starts.
+
+    >>> wm = kw.keyed_watermark(events, key="device", event_time="ts", lateness="10 seconds",
+    ...                         key_lateness={"uploader-1": "10 minutes"})  # doctest: +SKIP
     """
-    return KeyedWatermark(events, key, event_time, lateness, idle_timeout)
+    return KeyedWatermark(
+        events,
+        key,
+        event_time,
+        lateness,
+        idle_timeout,
+        key_lateness=key_lateness,
+        adaptive_lateness=adaptive_lateness,
+        clock=clock,
+        advance_when_idle=advance_when_idle,
+        max_skew=max_skew,
+        closing=closing,
+        source=source,
+        sources=sources,
+        source_idle_timeout=source_idle_timeout,
+    )

@@ -94,6 +94,7 @@ final class KeyedWatermark private[keyedwatermarks] (
     private[keyedwatermarks] val input: InputPlan,
     private[keyedwatermarks] val latenessText: String,
     val policy: WatermarkPolicy,
+    /** Per-row lateness in microseconds (null: the default), when set. */
     private[keyedwatermarks] val latenessColumn: Option[Column],
     private[keyedwatermarks] val sourceColumn: Option[Column]) {
 
@@ -114,8 +115,8 @@ final class KeyedWatermark private[keyedwatermarks] (
    */
   def withLatenessColumn(lateness: Column): KeyedWatermark = {
     if (lateness == null) throw new IllegalArgumentException("lateness: column is null")
-    DurationColumn.validate(input.events, lateness, "lateness")
-    copy(policy = policy.copy(lateness = ColumnLateness), latenessColumn = Some(lateness))
+    val micros = DurationColumn.micros(input.events, lateness, "lateness")
+    copy(policy = policy.copy(lateness = ColumnLateness), latenessColumn = Some(micros))
   }
 
   /** Per-key lateness from a mapping of key value (as a string) to a duration string. */
@@ -269,7 +270,7 @@ final class KeyedWindow private[keyedwatermarks] (
       .flatMap(_.references).map(_.exprId).toSet
     val aggregateInputs = eventColumns.filter(a => referenced.contains(a.exprId)).map(_.name)
     val policyColumns =
-      watermark.latenessColumn.map(c => F.coalesce(DurationColumn.micros(input.events, c, "lateness"), F.lit(policy.latenessMicros))
+      watermark.latenessColumn.map(c => F.coalesce(c, F.lit(policy.latenessMicros))
         .as(PartialAggregation.Lateness)).toSeq ++
       watermark.sourceColumn.map(_.cast("string").as(PartialAggregation.Source)).toSeq
     val projected = ProjectedInput(input, aggregateInputs, keepLateRows, policyColumns,

@@ -15,8 +15,27 @@ private[keyedwatermarks] final class QuantileSketch private (private var summari
 
   def count: Long = { compress(); summaries.count }
 
-  /** The approximate `q`-quantile of the inserted values, if any. */
-  def quantile(q: Double): Option[Double] = { compress(); summaries.query(q) }
+  /**
+   * The `q`-quantile by nearest rank (the value of rank ceil(q * count)): the first sample
+   * whose minimum rank reaches it. Exact while the sketch has not merged samples (fewer than
+   * 1 / (2 * relativeError) values); otherwise within 2 * relativeError * count ranks. (Spark's
+   * own `query` widens its search by the error bound even while exact, which made small
+   * samples answer one rank off.)
+   */
+  def quantile(q: Double): Option[Double] = {
+    compress()
+    val sampled = summaries.sampled
+    if (sampled.isEmpty) return None
+    val rank = math.max(1L, math.ceil(q * summaries.count).toLong)
+    var minRank = 0L
+    var i = 0
+    while (i < sampled.length) {
+      minRank += sampled(i).g
+      if (minRank >= rank) return Some(sampled(i).value)
+      i += 1
+    }
+    Some(sampled.last.value)
+  }
 
   private def compress(): Unit = if (!summaries.compressed) summaries = summaries.compress()
 

@@ -10,10 +10,10 @@ import org.apache.spark.sql.types.{CalendarIntervalType, DayTimeIntervalType, St
  */
 object DurationColumn {
 
-  /** Fails before the query starts if the column is unknown or not a duration type. */
-  def validate(events: DataFrame, column: Column, option: String): Unit = micros(events, column, option)
-
-  /** Microseconds of the duration (null stays null). */
+  /**
+   * Microseconds of the duration (null stays null). Fails before the query starts if the
+   * column is unknown or not a duration type.
+   */
   def micros(events: DataFrame, column: Column, option: String): Column = {
     val epoch = F.timestamp_micros(F.lit(0L))
     events.select(column).schema.head.dataType match {

@@ -1,0 +1,152 @@
+"""Pure-Python reference model of the watermark policies of docs/semantics.md (no Spark).
+
+Tumbling windows of size ``S``; rows are ``(key, t, value, lateness, source)`` (times in
+micros; ``lateness`` is the row's per-key lateness or None for the default; ``source`` is
+only read with ``sources``). Per key the *held* watermark never moves backward:
+
+- at the start of batch N: ``wm_N(k) = max(held(k), floor_N)`` where ``floor_N`` is Spark's
+  global watermark ``E_N`` (``closing='global'``) or ``E_N - max_skew`` (``max_skew``);
+- a row is late when its window's end ``<= wm_N(k)``;
+- at the end of the batch the policy proposes a value from the key's rows: ``M(k) - L(k)``
+  (``L(k)`` fixed, per-key from the batch's rows, or adaptive: the nearest-rank ``quantile``
+  of ``M - t`` over all the key's rows so far, with ``M`` the key's max at the end of the row's
+  batch, clamped to [lo, hi]); with sources, the min over sources of ``M(k, s) - L(k)``, undefined
+  until every expected source has reported. A proposal below ``wm_N(k)`` is held and counted;
+- then every open window of every key with ``end <= wm(k)`` is emitted in batch N.
+
+``E_N`` is Spark's: ``max over rows of batches < N of floor(t / 1000) ms - lateness``,
+undefined in batch 0; one trailing no-data batch runs when ``E`` advanced in the last batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
+
+PolicyRow = Tuple[Optional[Hashable], Optional[int], Any, Optional[int], Optional[str]]
+
+
+@dataclass
+class Policy:
+    lateness: int
+    column_lateness: bool = False  # per-row lateness (the rows' 4th field) instead of fixed
+    adaptive: Optional[Tuple[float, int, int]] = None  # (quantile, lo, hi)
+    sources: Optional[List[str]] = None  # expected sources ([]: the ones seen); None: off
+    max_skew: Optional[int] = None
+    global_closing: bool = False
+
+
+@dataclass
+class PolicyResult:
+    # (key, start, end, batch, sorted values)
+    emitted: List[Tuple[Hashable, int, int, int, Tuple[Any, ...]]] = field(default_factory=list)
+    late: Dict[Tuple[int, Hashable], int] = field(default_factory=dict)
+    regressions: Dict[Hashable, int] = field(default_factory=dict)
+    batches: int = 0  # micro-batches Spark runs (data batches plus a trailing no-data batch)
+
+
+def nearest_rank(values: Sequence[int], q: float) -> int:
+    s = sorted(values)
+    return s[max(1, math.ceil(q * len(s))) - 1]
+
+
+def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: Policy) -> PolicyResult:
+    res = PolicyResult()
+    held: Dict[Hashable, Optional[int]] = {}
+    max_t: Dict[Hashable, int] = {}
+    key_lateness: Dict[Hashable, int] = {}
+    trails: Dict[Hashable, List[int]] = defaultdict(list)
+    source_max: Dict[Hashable, Dict[str, int]] = defaultdict(dict)
+    open_windows: Dict[Tuple[Hashable, int], List[Any]] = {}
+    known: set = set()
+    uses_global = policy.global_closing or policy.max_skew is not None
+    global_max_ms: Optional[int] = None
+    lateness_ms = policy.lateness // 1000
+
+    def floor_of(e: Optional[int]) -> Optional[int]:
+        if e is None:
+            return None
+        return e if policy.global_closing else e - policy.max_skew
+
+    def raise_to(key: Hashable, value: Optional[int]) -> None:
+        if value is not None and (held.get(key) is None or value > held[key]):
+            held[key] = value
+
+    all_batches = list(batches)
+    n = 0
+    while n < len(all_batches) or (uses_global and n == len(all_batches) and _advanced(all_batches)):
+        batch = all_batches[n] if n < len(all_batches) else []
+        e = None
+        if uses_global and global_max_ms is not None and (global_max_ms - lateness_ms) > 0:
+            e = (global_max_ms - lateness_ms) * 1000
+        floor = floor_of(e) if uses_global else None
+        keys_in_batch = {r[0] for r in batch if r[0] is not None and r[1] is not None}
+        known |= keys_in_batch  # a key has state (its watermark record) from its first row on
+        for key in known:
+            raise_to(key, floor)
+        wm_start = dict(held)
+        rows_by_key: Dict[Hashable, List[PolicyRow]] = defaultdict(list)
+        for row in batch:
+            key, t = row[0], row[1]
+            if t is not None and uses_global:
+                ms = t // 1000
+                global_max_ms = ms if global_max_ms is None else max(global_max_ms, ms)
+            if key is None or t is None:
+                continue
+            rows_by_key[key].append(row)
+            start = t - t % size
+            w = wm_start.get(key)
+            if w is not None and start + size <= w:
+                res.late[(n, key)] = res.late.get((n, key), 0) + 1
+            else:
+                open_windows.setdefault((key, start), []).append(row[2])
+        for key, rows in rows_by_key.items():
+            m = max(r[1] for r in rows)
+            if key in max_t:
+                m = max(m, max_t[key])
+            max_t[key] = m
+            if policy.global_closing:
+                proposal = None
+            else:
+                if policy.adaptive is not None:
+                    q, lo, hi = policy.adaptive
+                    trails[key].extend(m - r[1] for r in rows)
+                    key_lateness[key] = min(hi, max(lo, nearest_rank(trails[key], q)))
+                elif policy.column_lateness:
+                    key_lateness[key] = max(policy.lateness if r[3] is None else r[3] for r in rows)
+                else:
+                    key_lateness[key] = policy.lateness
+                lateness = key_lateness[key]
+                if policy.sources is not None:
+                    for r in rows:
+                        s = source_max[key]
+                        s[r[4]] = max(s.get(r[4], r[1]), r[1])
+                    if all(x in source_max[key] for x in policy.sources):
+                        proposal = min(v - lateness for v in source_max[key].values())
+                    else:
+                        proposal = None
+                else:
+                    proposal = m - lateness
+            if proposal is not None and wm_start.get(key) is not None and proposal < wm_start[key]:
+                res.regressions[key] = res.regressions.get(key, 0) + 1
+            raise_to(key, proposal)
+            raise_to(key, floor)
+        for (key, start) in sorted(open_windows, key=repr):
+            w = held.get(key)
+            if w is not None and start + size <= w:
+                res.emitted.append((key, start, start + size, n, tuple(sorted(open_windows[(key, start)]))))
+                del open_windows[(key, start)]
+        n += 1
+    res.batches = n
+    return res
+
+
+def _advanced(batches: Sequence[Sequence[PolicyRow]]) -> bool:
+    """Whether Spark's global watermark moved with the last batch (then a no-data batch runs)."""
+    def max_ms(bs):
+        ts = [r[1] // 1000 for b in bs for r in b if r[1] is not None]
+        return max(ts) if ts else None
+    before, after = max_ms(batches[:-1]), max_ms(batches)
+    return after is not None and (before is None or after > before)

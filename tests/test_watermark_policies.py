@@ -1,0 +1,237 @@
+"""Watermark policies (docs/semantics.md, "Watermark policies") against the pure-Python model
+in tests/policy_model.py, over random multi-key streams and micro-batch splits (hypothesis),
+plus closing='global' against Spark's own withWatermark aggregation.
+
+Each example replays its micro-batches through Spark's file source and compares the emitted
+windows (bounds and values), the micro-batch of every emission (observed metrics), per-key
+late counts and attempted watermark regressions with the model.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+from pyspark.errors import IllegalArgumentException, PySparkValueError
+from pyspark.sql import functions as F
+
+import keyed_watermarks as kw
+from conftest import Replay, run_to_end
+from policy_model import Policy, run_policy_model
+from test_reference_model import spark_examples, ts
+
+SECOND = 1_000_000
+WINDOW_S = 10
+SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, lat STRING, src STRING"
+BASE = 1_700_000_000 * SECOND
+
+
+@st.composite
+def policy_stream(draw, max_rows: int = 30, per_key_lateness: bool = False):
+    """Micro-batches of (key, micros, temp, lateness micros | None, source) rows."""
+    n_keys = draw(st.integers(1, 4))
+    clock = [BASE + draw(st.integers(0, 30)) * SECOND for _ in range(n_keys)]
+    table = [draw(st.sampled_from([None, 0, 3, 8, 20])) for _ in range(n_keys)]
+    events = draw(st.lists(st.tuples(
+        st.integers(0, n_keys - 1),
+        st.sampled_from(list(range(0, 9)) * 4 + list(range(-25, 0))),
+        st.integers(-5, 30),
+        st.sampled_from(["a", "a", "b"]),
+        st.sampled_from([None, 0, 5, 15]),
+    ), min_size=6, max_size=max_rows))
+    rows = []
+    for key, step, temp, src, row_lat in events:
+        clock[key] += step * SECOND
+        lat = table[key] if not per_key_lateness else row_lat
+        rows.append((f"d{key}", clock[key], float(temp), None if lat is None else lat * SECOND, src))
+    cuts = sorted(set(draw(st.lists(st.integers(1, len(rows) - 1), min_size=1, max_size=5))))
+    bounds = [0] + cuts + [len(rows)]
+    return [rows[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def run_ours(spark, root: Path, batches, lateness_s: int, **options):
+    replay = Replay(spark, root, schema=SCHEMA)
+    replay.add_all([[(k, ts(t), v, None if lat is None else f"{lat // SECOND} seconds", s)
+                     for k, t, v, lat, s in b] for b in batches])
+    report = (
+        kw.keyed_watermark(replay.stream(), key="device", event_time="ts",
+                           lateness=f"{lateness_s} seconds", **options)
+        .window(f"{WINDOW_S} seconds")
+        .agg_with_report(F.count("*").alias("n"), F.sort_array(F.collect_list("temp")).alias("temps"))
+    )
+    query = run_to_end(report, root / "out", root / "checkpoint")
+    rows = (spark.read.schema(report.schema).parquet(str(root / "out"))
+            .select("device", "kw_kind", "kw_late_rows", "kw_regressions", "n", "temps",
+                    F.unix_micros("window.start").alias("start"), F.unix_micros("window.end").alias("end"))
+            .collect())
+    return rows, list(query.recentProgress)
+
+
+def check(rows, progress, model, batches) -> None:
+    got = Counter((r.device, r.start, r.end, tuple(r.temps)) for r in rows if r.kw_kind == "window")
+    want = Counter((k, s, e, vals) for k, s, e, _, vals in model.emitted)
+    assert got == want
+    late: Dict[str, int] = Counter()
+    for r in rows:
+        if r.kw_kind == "late":
+            late[r.device] += r.kw_late_rows
+    want_late: Dict[str, int] = Counter()
+    for (_, key), n in model.late.items():
+        want_late[key] += n
+    assert dict(late) == dict(want_late)
+    regressions: Dict[str, int] = {}
+    for r in rows:
+        if r.kw_kind == "watermark":
+            regressions[r.device] = max(regressions.get(r.device, 0), r.kw_regressions)
+    assert regressions == model.regressions
+    per_batch = {p.batchId: p.observedMetrics["keyed_watermarks_output"]["windows_emitted"] for p in progress}
+    want_per_batch = Counter(b for _, _, _, b, _ in model.emitted)
+    assert {b: n for b, n in per_batch.items() if n} == dict(want_per_batch)
+    # Accounting: emitted + still open + late = input (no invalid rows here).
+    open_rows = sum(len(b) for b in batches) - sum(r.n for r in rows if r.kw_kind == "window") - sum(late.values())
+    assert open_rows >= 0
+
+
+@spark_examples(4)
+@given(batches=policy_stream(), lateness_s=st.sampled_from([0, 5]))
+def test_key_lateness_mapping_matches_model(spark, tmp_path_factory, batches, lateness_s):
+    """key_lateness={key: duration}: keys not in the mapping use the default lateness."""
+    table = {}
+    for b in batches:
+        for k, _, _, lat, _ in b:
+            if lat is not None:
+                table[k] = lat
+    mapping = {k: f"{v // SECOND} seconds" for k, v in table.items()}
+    rows_for_model = [[(k, t, v, table.get(k), s) for k, t, v, _, s in b] for b in batches]
+    model = run_policy_model(rows_for_model, WINDOW_S * SECOND, Policy(lateness_s * SECOND, column_lateness=True))
+    note(f"mapping={mapping} model={model}")
+    rows, progress = run_ours(spark, tmp_path_factory.mktemp("map"), rows_for_model, lateness_s,
+                              key_lateness=mapping)
+    check(rows, progress, model, batches)
+
+
+@spark_examples(4)
+@given(batches=policy_stream(per_key_lateness=True), lateness_s=st.sampled_from([2, 10]))
+def test_key_lateness_column_matches_model(spark, tmp_path_factory, batches, lateness_s):
+    """key_lateness=F.col(...): a key's lateness is the largest of its latest batch's rows
+    (null: the default); a larger lateness would move the watermark back: held and counted."""
+    model = run_policy_model(batches, WINDOW_S * SECOND, Policy(lateness_s * SECOND, column_lateness=True))
+    note(f"model={model}")
+    rows, progress = run_ours(spark, tmp_path_factory.mktemp("col"), batches, lateness_s,
+                              key_lateness=F.col("lat"))
+    check(rows, progress, model, batches)
+
+
+@spark_examples(4)
+@given(batches=policy_stream(max_rows=40), q=st.sampled_from([0.5, 0.9, 1.0]))
+def test_adaptive_lateness_matches_model(spark, tmp_path_factory, batches, q):
+    """Per key, lateness = nearest-rank quantile of how far rows trail the key's max, in [1 s, 12 s]."""
+    model = run_policy_model(batches, WINDOW_S * SECOND, Policy(5 * SECOND, adaptive=(q, SECOND, 12 * SECOND)))
+    note(f"model={model}")
+    rows, progress = run_ours(spark, tmp_path_factory.mktemp("adaptive"), batches, 5,
+                              adaptive_lateness=kw.AdaptiveLateness(q, min="1 second", max="12 seconds"))
+    check(rows, progress, model, batches)
+
+
+@spark_examples(4)
+@given(batches=policy_stream(), expected=st.sampled_from([[], ["a", "b"]]))
+def test_min_of_sources_matches_model(spark, tmp_path_factory, batches, expected):
+    """source=...: the key's watermark is the min over its sources (once all expected reported)."""
+    model = run_policy_model(batches, WINDOW_S * SECOND, Policy(3 * SECOND, sources=expected))
+    note(f"model={model}")
+    rows, progress = run_ours(spark, tmp_path_factory.mktemp("src"), batches, 3,
+                              source="src", sources=expected or None)
+    check(rows, progress, model, batches)
+
+
+@spark_examples(4)
+@given(batches=policy_stream(), skew_s=st.sampled_from([0, 10, 30]))
+def test_max_skew_matches_model(spark, tmp_path_factory, batches, skew_s):
+    """max_skew: no key's watermark trails Spark's global watermark by more than the skew."""
+    model = run_policy_model(batches, WINDOW_S * SECOND, Policy(5 * SECOND, max_skew=skew_s * SECOND))
+    note(f"model={model}")
+    rows, progress = run_ours(spark, tmp_path_factory.mktemp("skew"), batches, 5, max_skew=f"{skew_s} seconds")
+    check(rows, progress, model, batches)
+    assert len(progress) == model.batches
+
+
+@spark_examples(4)
+@given(batches=policy_stream())
+def test_global_closing_matches_model(spark, tmp_path_factory, batches):
+    """closing='global': every key closes on Spark's global watermark."""
+    model = run_policy_model(batches, WINDOW_S * SECOND, Policy(5 * SECOND, global_closing=True))
+    note(f"model={model}")
+    rows, progress = run_ours(spark, tmp_path_factory.mktemp("global"), batches, 5, closing="global")
+    check(rows, progress, model, batches)
+
+
+def test_global_closing_equals_spark_with_watermark(spark, tmp_path):
+    """closing='global' emits what Spark's own withWatermark aggregation emits, on a multi-key
+    stream whose late rows are late by both engines' rules (Spark checks late rows against
+    the watermark one batch older than ours, see docs/semantics.md)."""
+    def at(s):
+        return BASE + s * SECOND
+    batches = [
+        [("fast", at(1), 1.0, None, "a"), ("slow", at(2), 2.0, None, "a")],
+        [("fast", at(25), 3.0, None, "a"), ("slow", at(4), 4.0, None, "a"), ("slow", at(12), 5.0, None, "a")],
+        [("fast", at(41), 6.0, None, "a"), ("slow", at(22), 7.0, None, "a")],
+        [("fast", at(63), 8.0, None, "a"), ("slow", at(3), 9.0, None, "a"), ("slow", at(61), 10.0, None, "a")],
+        [("slow", at(14), 11.0, None, "a"), ("fast", at(70), 12.0, None, "a")],
+    ]
+    rows, _ = run_ours(spark, tmp_path / "ours", batches, 5, closing="global")
+    ours = Counter((r.device, r.start, tuple(r.temps)) for r in rows if r.kw_kind == "window")
+
+    replay = Replay(spark, tmp_path / "spark", schema=SCHEMA)
+    replay.add_all([[(k, ts(t), v, None, s) for k, t, v, _, s in b] for b in batches])
+    native = (replay.stream().withWatermark("ts", "5 seconds")
+              .groupBy("device", F.window("ts", f"{WINDOW_S} seconds"))
+              .agg(F.sort_array(F.collect_list("temp")).alias("temps")))
+    run_to_end(native, tmp_path / "spark" / "out", tmp_path / "spark" / "checkpoint")
+    theirs = Counter((r.device, r.start, tuple(r.temps)) for r in spark.read.schema(native.schema)
+                     .parquet(str(tmp_path / "spark" / "out"))
+                     .select("device", F.unix_micros("window.start").alias("start"), "temps").collect())
+    assert ours == theirs
+    assert len(ours) >= 6
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"clock": "wall"}, "clock"),
+    ({"closing": "fastest"}, "closing"),
+    ({"advance_when_idle": True}, "idle_timeout"),
+    ({"sources": ["a"]}, "source"),
+    ({"source_idle_timeout": "1 minute"}, "source"),
+])
+def test_bad_policy_options_raise_before_start(spark, tmp_path, options, message):
+    stream = Replay(spark, tmp_path, schema=SCHEMA).stream()
+    with pytest.raises(PySparkValueError, match=message):
+        kw.keyed_watermark(stream, key="device", event_time="ts", lateness="5 seconds", **options)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"max_skew": "1 minute", "idle_timeout": "1 minute"}, "max_skew"),
+    ({"closing": "global", "key_lateness": {"a": "1 second"}}, "closing='global'"),
+    ({"clock": "processing_time", "source": "src"}, "processing_time"),
+    (lambda: {"key_lateness": F.col("temp")}, "lateness"),
+    (lambda: {"key_lateness": F.col("nope")}, "nope"),
+    ({"adaptive_lateness": kw.AdaptiveLateness(0.9, min="1 minute", max="1 second")}, "min_lateness"),
+    ({"adaptive_lateness": kw.AdaptiveLateness(1.5)}, "quantile"),
+    ({"max_skew": "-1 second"}, "max_skew"),
+])
+def test_policy_conflicts_raise_before_start(spark, tmp_path, options, message):
+    from pyspark.errors import AnalysisException
+    stream = Replay(spark, tmp_path, schema=SCHEMA).stream()
+    options = options() if callable(options) else options
+    with pytest.raises((IllegalArgumentException, AnalysisException), match=message):
+        kw.keyed_watermark(stream, key="device", event_time="ts", lateness="5 seconds", **options)
+
+
+def test_key_lateness_mapping_needs_one_key_column(spark, tmp_path):
+    stream = Replay(spark, tmp_path, schema=SCHEMA).stream()
+    with pytest.raises(IllegalArgumentException, match="single key column"):
+        kw.keyed_watermark(stream, key=["device", "src"], event_time="ts", lateness="5 seconds",
+                           key_lateness={"a": "1 second"})
