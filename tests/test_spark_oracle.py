@@ -276,6 +276,7 @@ def test_result_schema_equals_spark(spark, tmp_path):
         ("kw_kind", "string"),
         ("kw_late_rows", "bigint"),
         ("kw_watermark", "timestamp"),
+        ("kw_regressions", "bigint"),
     ]
     # Composite keys keep their order, before the window column.
     composite = (

@@ -89,6 +89,8 @@ def check(rows, progress, model, batches) -> None:
         if r.kw_kind == "watermark":
             regressions[r.device] = max(regressions.get(r.device, 0), r.kw_regressions)
     assert regressions == model.regressions
+    held = sum(p.observedMetrics["keyed_watermarks_output"]["keys_with_held_watermark"] for p in progress)
+    assert held == sum(model.regressions.values())
     per_batch = {p.batchId: p.observedMetrics["keyed_watermarks_output"]["windows_emitted"] for p in progress}
     want_per_batch = Counter(b for _, _, _, b, _ in model.emitted)
     assert {b: n for b, n in per_batch.items() if n} == dict(want_per_batch)

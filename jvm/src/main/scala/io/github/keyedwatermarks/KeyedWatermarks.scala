@@ -307,6 +307,7 @@ final class KeyedWindow private[keyedwatermarks] (
       .toDF()
     out.observe(KeyedWatermarks.OutputMetrics,
       F.count(F.when(out.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"),
-      F.coalesce(F.sum(out.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"))
+      F.coalesce(F.sum(out.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
+      F.count(F.when(out.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark"))
   }
 }
