@@ -114,4 +114,22 @@ class KeyedWindowOperatorSuite extends SparkSuite {
       assert(spark.table("no_timers").columns.toSeq == Seq("device", "window", "n"))
     } finally q.stop()
   }
+
+  test("one key's windows keep separate buffers in its state row (typed imperative and string buffers)") {
+    val input = MemoryStream[Event](Encoders.product[Event], spark)
+    val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "30 seconds").window("10 seconds")
+      .aggWithReport(sort_array(collect_list("temp")).as("l"), max(format_string("%.0f", col("temp"))).as("m"))
+    val q = new ManualClockQuery(out, tempDir(), 0L)
+    try {
+      input.addData(ev("a", 1, 1.0), ev("a", 11, 11.0), ev("a", 21, 21.0))
+      q.step()
+      input.addData(ev("a", 2, 2.0), ev("a", 12, 12.0), ev("a", 22, 22.0))
+      q.step()
+      input.addData(ev("a", 100, 100.0))
+      q.step()
+      val got = q.rows.filter(_.getAs[String]("kw_kind") == "window")
+        .map(r => (r.getStruct(1).getTimestamp(0).getTime / 1000, r.getSeq[Double](2), r.getString(3))).toSet
+      assert(got == Set((0L, Seq(1.0, 2.0), "2"), (10L, Seq(11.0, 12.0), "12"), (20L, Seq(21.0, 22.0), "22")))
+    } finally q.stop()
+  }
 }

@@ -49,6 +49,11 @@ final class CatalystAggregation private (
   private val imperatives: Array[ImperativeAggregate] = functions.collect { case i: ImperativeAggregate => i }
   private val typedImperatives: Array[TypedImperativeAggregate[_]] =
     functions.collect { case t: TypedImperativeAggregate[_] => t }
+  /** Buffer ordinal of each typed imperative aggregate (its one, serialized, buffer field). */
+  private val typedImperativeOrdinals: Array[Int] = {
+    val starts = functions.map(_.aggBufferAttributes.length).scanLeft(0)(_ + _)
+    functions.indices.filter(i => functions(i).isInstanceOf[TypedImperativeAggregate[_]]).map(starts(_)).toArray
+  }
 
   /** Schema of a stored buffer; field names are Avro-safe (b0, b1, ...) for the state store. */
   val bufferSchema: StructType = StructType(bufferAttributes.zipWithIndex.map { case (a, i) =>
@@ -113,9 +118,19 @@ final class CatalystAggregation private (
     while (i < imperatives.length) { imperatives(i).merge(buffer, other); i += 1 }
   }
 
-  /** Turns a live buffer into its stored form, in place. */
+  /**
+   * Turns a live buffer into its stored form, in place. Serialized buffers are copied: Spark's
+   * serializers may return the backing array of a reused UnsafeRow, which the next call would
+   * overwrite while an earlier window still refers to it.
+   */
   def toStored(buffer: InternalRow): InternalRow = {
-    typedImperatives.foreach(_.serializeAggregateBufferInPlace(buffer))
+    var i = 0
+    while (i < typedImperatives.length) {
+      typedImperatives(i).serializeAggregateBufferInPlace(buffer)
+      val offset = typedImperativeOrdinals(i)
+      if (!buffer.isNullAt(offset)) buffer.update(offset, buffer.getBinary(offset).clone())
+      i += 1
+    }
     buffer
   }
 

@@ -9,15 +9,15 @@ import io.github.keyedwatermarks.state.KeyState
 import io.github.keyedwatermarks.watermark._
 
 /**
- * One key's watermark across one micro-batch (or timer): loads the key's record, applies the
+ * One key's watermark across one micro-batch (or timer): takes the key's record, applies the
  * policy's clock floors at the start, collects what the batch's partials tell the policy
  * (max event time, per-row lateness, event times for the adaptive sketch, per-source maxima),
  * and proposes the new watermark at the end. All state access for the watermark is here.
  */
 private[operator] final class KeyWatermarkUpdate(
-    policy: WatermarkPolicy, state: KeyState, layout: PartialLayout, nowMs: Long, globalWatermark: Long) {
+    policy: WatermarkPolicy, state: KeyState, val record: KeyWatermarkState, layout: PartialLayout, nowMs: Long,
+    globalWatermark: Long) {
 
-  val record: KeyWatermarkState = state.loadWatermark()
   val watermark = new KeyWatermark(policy, record)
   /** `wm_N(k)`: the watermark at the start of the batch, after the clock floors. */
   val atStart: Long = watermark.applyFloors(nowMs, globalWatermark)
@@ -52,10 +52,6 @@ private[operator] final class KeyWatermarkUpdate(
   /** Whether this batch's proposal was held back (an attempted regression). */
   def regressed: Boolean = record.regressions > regressionsBefore
 
-  def store(lateRows: Long): Unit = {
-    record.lateRows += lateRows
-    state.storeWatermark(record)
-  }
 
   private def keyLateness(withRows: Boolean): Long = policy.lateness match {
     case FixedLateness => policy.latenessMicros

@@ -52,8 +52,9 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
 
   // A window is due (fires revision 0) when the key's watermark passes its end, and expires
   // (leaves state; its rows become late) when the watermark passes end + allowed lateness.
-  private def due(start: Long, wm: Long) = LateRowPolicy.isClosed(plan.windows.windowEnd(start), wm)
-  private def expired(start: Long, wm: Long) =
+  private def due(window: OpenWindow, wm: Long) = LateRowPolicy.isClosed(window.end, wm)
+  private def expired(window: OpenWindow, wm: Long) = LateRowPolicy.isClosed(window.end + plan.allowedLatenessMicros, wm)
+  private def expiredStart(start: Long, wm: Long) =
     LateRowPolicy.isClosed(plan.windows.windowEnd(start) + plan.allowedLatenessMicros, wm)
 
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
@@ -68,32 +69,52 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       if (ms <= 0) KeyWatermark.Undefined else ms * 1000L
     }
 
-  private def begin(timerValues: TimerValues) = new KeyWatermarkUpdate(
-    policy, state, layout, timerValues.getCurrentProcessingTimeInMs(), globalWatermark(timerValues))
-
-  /** A window in this batch: its live buffer, the revisions fired before, whether it was stored. */
-  private final class OpenWindow(val buffer: InternalRow, var revisions: Int, val stored: Boolean, var end: Long)
-
-  private def load(stored: Row): OpenWindow = {
-    val row = windowStates.toInternal(stored)
-    new OpenWindow(agg.fromStored(row), row.getInt(revisionOrdinal), stored = true, row.getLong(revisionOrdinal + 1))
+  /** An open window of the key: its live buffer, the revisions it fired, its bounds. */
+  private final class OpenWindow(val start: Long, val end: Long, val buffer: InternalRow, var revisions: Int) {
+    /** The watermark at which it next changes: fires (revision 0) or expires. */
+    def threshold: Long = if (revisions == 0) end else end + plan.allowedLatenessMicros
   }
 
-  private def store(start: Long, window: OpenWindow): Unit =
-    state.openWindows.updateValue(start, windowStates.toExternal(
-      new JoinedRow(agg.toStored(window.buffer), InternalRow(window.revisions, window.end))))
+  /** One key's state for one batch or timer: watermark record and open windows by start. */
+  private final class KeyBatch(timerValues: TimerValues) {
+    private val (record, stored) = state.load()
+    val update = new KeyWatermarkUpdate(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
+      globalWatermark(timerValues))
+    val windows = mutable.LongMap.empty[OpenWindow]
+    stored.foreach { r =>
+      // The converter reuses its output row; declarative string/array buffers would keep
+      // references into it, so copy it for those.
+      val row = if (agg.retainsInputReferences) windowStates.toInternal(r).copy() else windowStates.toInternal(r)
+      val start = row.getLong(revisionOrdinal + 2)
+      windows.update(start, new OpenWindow(start, row.getLong(revisionOrdinal + 1), agg.fromStored(row),
+        row.getInt(revisionOrdinal)))
+    }
+
+    def window(start: Long): OpenWindow =
+      windows.getOrElseUpdate(start, new OpenWindow(start, plan.windows.windowEnd(start), agg.newBuffer(), 0))
+
+    /** Writes the record and the windows still open: one state store write for the key. */
+    def store(lateRows: Long): Unit = {
+      record.lateRows += lateRows
+      val rows = windows.values.toSeq.sortBy(_.start).map { w =>
+        windowStates.toExternal(new JoinedRow(agg.toStored(w.buffer), InternalRow(w.revisions, w.end, w.start)))
+      }
+      state.store(record, rows)
+    }
+  }
 
   override def handleInputRows(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] = {
-    val update = begin(timerValues)
+    val batch = new KeyBatch(timerValues)
     val keyValues = keys.toInternal(key).copy()
     val out = plan.windows match {
-      case _: SessionWindows => handleSessions(keyValues, rows, update)
-      case _ => handleFixedWindows(keyValues, rows, update)
+      case _: SessionWindows => handleSessions(keyValues, rows, batch)
+      case _ => handleFixedWindows(keyValues, rows, batch)
     }
+    val update = batch.update
     val held =
       if (update.regressed) Iterator.single(plan.emitter.heldWatermark(keyValues, update.record.regressions, update.atStart))
       else Iterator.empty
-    scheduleTimer(update, timerValues)
+    scheduleTimer(batch, timerValues)
     out ++ held
   }
 
@@ -115,12 +136,12 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
    * open sessions are merged where they touch (start <= end of the previous), and a session
    * is emitted once when the key's watermark passes its end.
    */
-  private def handleSessions(keyValues: InternalRow, rows: Iterator[Row], update: KeyWatermarkUpdate): Iterator[Row] = {
+  private def handleSessions(keyValues: InternalRow, rows: Iterator[Row], batch: KeyBatch): Iterator[Row] = {
+    val update = batch.update
     val watermarkAtStart = update.atStart
     val lateRowsOut = mutable.ArrayBuffer.empty[Row]
     var late = 0L
-    // (start, end, stored-form buffer, start in state or -1 for a new interval)
-    val intervals = mutable.ArrayBuffer.empty[(Long, Long, InternalRow, Boolean)]
+    val intervals = mutable.ArrayBuffer.empty[OpenWindow]
     while (rows.hasNext) {
       val partial = partials.toInternal(rows.next())
       val start = partial.getLong(startOrdinal)
@@ -129,11 +150,13 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
         late += partial.getLong(layout.rows)
         keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
       } else {
-        intervals += ((start, plan.windows.windowEnd(start), partial.copy(), false))
+        val interval = new OpenWindow(start, plan.windows.windowEnd(start), agg.newBuffer(), 0)
+        agg.merge(interval.buffer, partial)
+        intervals += interval
       }
     }
-    val emitted = closeSessions(keyValues, intervals, update.finish(), watermarkAtStart)
-    update.store(late)
+    val emitted = closeSessions(keyValues, batch, intervals, update.finish(), watermarkAtStart)
+    batch.store(late)
     if (late > 0) {
       emitted.iterator ++ Iterator.single(plan.emitter.lateRows(keyValues, late, watermarkAtStart)) ++ lateRowsOut
     } else emitted.iterator
@@ -142,107 +165,79 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
   /** Merges new intervals with the key's open sessions; emits those closed by `watermarkNow`. */
   private def closeSessions(
       keyValues: InternalRow,
-      intervals: mutable.ArrayBuffer[(Long, Long, InternalRow, Boolean)],
+      batch: KeyBatch,
+      intervals: mutable.ArrayBuffer[OpenWindow],
       watermarkNow: Long,
       watermarkAtStart: Long): mutable.ArrayBuffer[Row] = {
-    state.openWindows.iterator().foreach { case (start, stored) =>
-      val row = windowStates.toInternal(stored).copy()
-      intervals += ((start.longValue(), row.getLong(revisionOrdinal + 1), row, true))
-    }
+    // Sweep the key's sessions and the new intervals by start, merging those that touch, as
+    // Spark's session_window does.
+    val sorted = (batch.windows.values ++ intervals).toArray.sortBy(_.start)
+    batch.windows.clear()
     val emitted = mutable.ArrayBuffer.empty[Row]
-    // Sweep the intervals by start, merging those that touch, as Spark's session_window does.
-    val sorted = intervals.sortBy(_._1)
     var i = 0
     while (i < sorted.length) {
       var j = i + 1
-      var end = sorted(i)._2
-      while (j < sorted.length && sorted(j)._1 <= end) { end = math.max(end, sorted(j)._2); j += 1 }
-      val group = sorted.slice(i, j)
-      val start = sorted(i)._1
-      val changed = group.length > 1 || !group.head._4
-      if (changed || LateRowPolicy.isClosed(end, watermarkNow)) {
-        val window = new OpenWindow(agg.newBuffer(), 0, stored = false, end)
-        group.foreach(g => agg.merge(window.buffer, g._3))
-        group.filter(_._4).foreach(g => state.openWindows.removeKey(g._1))
-        if (LateRowPolicy.isClosed(end, watermarkNow)) {
-          emitted += plan.emitter.window(agg.result(windowGroup(keyValues, start, end), window.buffer), 0, watermarkAtStart)
-        } else store(start, window)
-      }
+      var end = sorted(i).end
+      while (j < sorted.length && sorted(j).start <= end) { end = math.max(end, sorted(j).end); j += 1 }
+      val start = sorted(i).start
+      val session =
+        if (j == i + 1) sorted(i)
+        else {
+          val merged = new OpenWindow(start, end, agg.newBuffer(), 0)
+          (i until j).foreach(k => agg.merge(merged.buffer, agg.toStored(sorted(k).buffer).copy()))
+          merged
+        }
+      if (LateRowPolicy.isClosed(end, watermarkNow)) {
+        emitted += plan.emitter.window(agg.result(windowGroup(keyValues, start, end), session.buffer), 0, watermarkAtStart)
+      } else batch.windows.update(start, session)
       i = j
     }
     emitted
   }
 
-  private def handleFixedWindows(keyValues: InternalRow, rows: Iterator[Row], update: KeyWatermarkUpdate): Iterator[Row] = {
+  private def handleFixedWindows(keyValues: InternalRow, rows: Iterator[Row], batch: KeyBatch): Iterator[Row] = {
+    val update = batch.update
     val watermarkAtStart = update.atStart
-
-    // Window start -> the window, loaded from state on its first partial in this batch, so the
-    // state store is read at most once per (key, window) and batch.
-    val touched = mutable.LongMap.empty[OpenWindow]
-    def open(start: Long): OpenWindow = {
-      val previous = state.openWindows.getValue(start)
-      if (previous == null) new OpenWindow(agg.newBuffer(), 0, stored = false, plan.windows.windowEnd(start))
-      else load(previous)
-    }
+    val touched = mutable.LongMap.empty[Boolean]
     var late = 0L
     val lateRowsOut = mutable.ArrayBuffer.empty[Row]
     while (rows.hasNext) {
       val partial = partials.toInternal(rows.next())
       val start = partial.getLong(startOrdinal)
       update.observe(partial)
-      if (expired(start, watermarkAtStart)) {
+      if (expiredStart(start, watermarkAtStart)) {
         late += partial.getLong(layout.rows)
         keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
       } else {
-        agg.merge(touched.getOrElseUpdate(start, open(start)).buffer,
-          if (agg.retainsInputReferences) partial.copy() else partial)
+        agg.merge(batch.window(start).buffer, if (agg.retainsInputReferences) partial.copy() else partial)
+        touched.update(start, true)
       }
     }
-
-    val watermarkNow = update.finish()
-    val emitted = mutable.ArrayBuffer.empty[(Long, Int, Row)]
-    // Windows this batch updated: first firing when due; with allowed lateness, a window that
-    // already fired and got more rows fires again as the next revision.
-    touched.foreachEntry { (start, window) =>
-      if (window.revisions > 0 || due(start, watermarkNow)) emitted += emit(keyValues, start, window, watermarkAtStart)
-      if (expired(start, watermarkNow)) {
-        if (window.stored) state.openWindows.removeKey(start)
-      } else store(start, window)
-    }
-    if (watermarkNow != watermarkAtStart) emitted ++= closeStoredWindows(keyValues, watermarkNow, watermarkAtStart, touched.contains)
-    update.store(late)
-
-    val windowsOut = emitted.sortBy(e => (e._1, e._2)).iterator.map(_._3)
+    val emitted = closeWindows(keyValues, batch, update.finish(), watermarkAtStart, touched.contains)
+    batch.store(late)
     if (late > 0) {
-      windowsOut ++ Iterator.single(plan.emitter.lateRows(keyValues, late, watermarkAtStart)) ++ lateRowsOut
-    } else windowsOut
+      emitted.iterator ++ Iterator.single(plan.emitter.lateRows(keyValues, late, watermarkAtStart)) ++ lateRowsOut
+    } else emitted.iterator
   }
 
-  private def emit(keyValues: InternalRow, start: Long, window: OpenWindow, reportedWatermark: Long): (Long, Int, Row) = {
-    val row = (start, window.revisions, plan.emitter.window(
-      agg.result(windowGroup(keyValues, start, window.end), window.buffer), window.revisions, reportedWatermark))
-    window.revisions += 1
-    row
-  }
-
-  /** Stored windows (not touched by this batch) that the watermark's advance makes due or expired. */
-  private def closeStoredWindows(
-      keyValues: InternalRow, watermarkNow: Long, reportedWatermark: Long, touched: Long => Boolean): Seq[(Long, Int, Row)] = {
-    val affected = state.openWindows.keys().map(_.longValue()).filter { start =>
-      !touched(start) && due(start, watermarkNow)
-    }.toList
-    affected.flatMap { start =>
-      val stored = state.openWindows.getValue(start)
-      val revisions = windowStates.toInternal(stored).getInt(revisionOrdinal)
-      val out = if (revisions == 0) {
-        val window = load(stored)
-        val row = emit(keyValues, start, window, reportedWatermark)
-        if (!expired(start, watermarkNow)) store(start, window)
-        Some(row)
-      } else None
-      if (expired(start, watermarkNow)) state.openWindows.removeKey(start)
-      out
+  /**
+   * Fires and evicts the key's windows for `watermarkNow`, in window order: a window fires its
+   * first revision when due; with allowed lateness a window that already fired and got rows in
+   * this batch (`touched`) fires again as the next revision; expired windows leave state.
+   */
+  private def closeWindows(
+      keyValues: InternalRow, batch: KeyBatch, watermarkNow: Long, reportedWatermark: Long,
+      touched: Long => Boolean): Seq[Row] = {
+    val out = mutable.ArrayBuffer.empty[Row]
+    batch.windows.values.toArray.sortBy(_.start).foreach { window =>
+      if ((window.revisions > 0 && touched(window.start)) || (window.revisions == 0 && due(window, watermarkNow))) {
+        out += plan.emitter.window(agg.result(windowGroup(keyValues, window.start, window.end), window.buffer),
+          window.revisions, reportedWatermark)
+        window.revisions += 1
+      }
+      if (expired(window, watermarkNow)) batch.windows.remove(window.start)
     }
+    out.toSeq
   }
 
   /**
@@ -254,17 +249,14 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
   override def handleExpiredTimer(
       key: Row, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo): Iterator[Row] = {
     val keyValues = keys.toInternal(key).copy()
-    val update = begin(timerValues)
+    val batch = new KeyBatch(timerValues)
+    val update = batch.update
     val now = timerValues.getCurrentProcessingTimeInMs()
     val idle = policy.idleTimeoutMillis.exists(t => update.record.lastArrivalMs != KeyWatermark.NoArrival &&
       now - update.record.lastArrivalMs >= t)
     if (idle && !policy.advanceWhenIdle) {
-      val watermark = update.atStart
-      val out = state.openWindows.iterator().toList.sortBy(_._1.longValue()).flatMap { case (start, stored) =>
-        val window = load(stored)
-        if (window.revisions > 0) None
-        else Some(plan.emitter.window(
-          agg.result(windowGroup(keyValues, start.longValue(), window.end), window.buffer), 0, watermark))
+      val out = batch.windows.values.toSeq.sortBy(_.start).filter(_.revisions == 0).map { w =>
+        plan.emitter.window(agg.result(windowGroup(keyValues, w.start, w.end), w.buffer), 0, update.atStart)
       }
       state.clear()
       getHandle.listTimers().foreach(t => getHandle.deleteTimer(t))
@@ -273,11 +265,11 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     val watermarkAtStart = update.atStart
     val watermarkNow = update.finish()
     val out = plan.windows match {
-      case _: SessionWindows => closeSessions(keyValues, mutable.ArrayBuffer.empty, watermarkNow, watermarkAtStart).toSeq
-      case _ => closeStoredWindows(keyValues, watermarkNow, watermarkAtStart, _ => false).sortBy(e => (e._1, e._2)).map(_._3)
+      case _: SessionWindows => closeSessions(keyValues, batch, mutable.ArrayBuffer.empty, watermarkNow, watermarkAtStart).toSeq
+      case _ => closeWindows(keyValues, batch, watermarkNow, watermarkAtStart, _ => false)
     }
-    update.store(0L)
-    scheduleTimer(update, timerValues)
+    batch.store(0L)
+    scheduleTimer(batch, timerValues)
     out.iterator
   }
 
@@ -285,18 +277,14 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
    * Registers the key's next timer (only for policies that follow a clock): when the key turns
    * idle, when a source turns idle, or when the clock will close the key's earliest open window.
    */
-  private def scheduleTimer(update: KeyWatermarkUpdate, timerValues: TimerValues): Unit = {
+  private def scheduleTimer(batch: KeyBatch, timerValues: TimerValues): Unit = {
     if (!policy.usesProcessingTimers && !policy.usesGlobalWatermark) return
     val handle = getHandle
     handle.listTimers().foreach(t => handle.deleteTimer(t))
-    val record = update.record
+    val record = batch.update.record
     // The watermark at which the earliest open window next changes (fires or expires).
-    val thresholds = state.openWindows.iterator().map { case (start, stored) =>
-      val row = windowStates.toInternal(stored)
-      val end = row.getLong(revisionOrdinal + 1)
-      if (row.getInt(revisionOrdinal) == 0) end else end + plan.allowedLatenessMicros
-    }
-    val next = if (thresholds.hasNext) Some(thresholds.min) else None
+    val next = if (batch.windows.isEmpty) None else Some(batch.windows.values.map(_.threshold).min)
+    val sourceIdle = batch.update.sourceIdleTimes
     val times = mutable.ArrayBuffer.empty[Long]
     if (policy.usesGlobalWatermark) {
       // Event-time timers fire when Spark's global watermark (ms) reaches them.
@@ -318,14 +306,10 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
         }
       }
       if (policy.processingTime) next.foreach(t => times += Math.floorDiv(t + policy.latenessMicros + 999L, 1000L))
-      times ++= update.sourceIdleTimes
-      val floor = now + 1
-      for (i <- times.indices) if (times(i) < floor) times(i) = floor
+      times ++= sourceIdle
+      for (i <- times.indices) if (times(i) <= now) times(i) = now + 1
     }
-    if (times.nonEmpty && (next.isDefined || (policy.idleTimeoutMillis.isDefined && !policy.advanceWhenIdle) ||
-        update.sourceIdleTimes.nonEmpty)) {
-      handle.registerTimer(times.min)
-    }
+    if (times.nonEmpty) handle.registerTimer(times.min)
   }
 
   /** Grouping values as Spark's Aggregate lays them out: the key columns, then the window struct. */
