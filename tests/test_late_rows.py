@@ -55,15 +55,23 @@ def test_late_rows_are_kept_and_every_row_is_accounted_for(spark, tmp_path_facto
     results, late, report = run_two_sinks(spark, root, batches, lateness_s, window_s)
 
     # The late rows, with their original columns and the key's watermark at batch start.
+    invalid = [r for r in late if r.kw_reason in ("null key", "null event time")]
+    late = [r for r in late if r not in invalid]
     assert Counter((r.device, r.t, r.temp, r.wm) for r in late) == Counter(
         (key, t, value, model.late_watermark[(b, key)]) for b, key, t, value in model.late_rows)
     assert all("watermark" in r.kw_reason for r in late)
+    # The invalid rows come out too, as rows, with the reason and no watermark.
+    assert Counter((r.device, r.t, r.temp, r.kw_reason, r.wm) for r in invalid) == Counter(
+        (k, t, v, "null key" if k is None else "null event time", None)
+        for b in batches for k, t, v in b if k is None or t is None)
+    assert len(invalid) == model.invalid
     # Results equal .agg(...)'s columns; the windows equal the model's.
     assert Counter((r.device, r.start, r.n) for r in results) == Counter(
         (w.key, w.start, len(w.values)) for w in model.emitted)
-    # Accounting identity: aggregated + still open + late + invalid == input.
+    # Accounting identity: aggregated + still open + late + invalid == input, every late and
+    # invalid row returned as a row.
     total = sum(len(b) for b in batches)
-    assert sum(r.n for r in results) + model.open_rows() + len(late) + model.invalid == total
+    assert sum(r.n for r in results) + model.open_rows() + len(late) + len(invalid) == total
 
 
 def test_report_schema_and_split(spark, workdir):

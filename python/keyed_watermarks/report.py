@@ -28,7 +28,9 @@ def split_report(report: DataFrame) -> Tuple[DataFrame, Optional[DataFrame]]:
 
     ``results`` has exactly the columns of ``.agg(...)``. ``late_rows`` has the original
     columns of each late row plus ``kw_watermark`` (the key's watermark at the start of the
-    micro-batch) and ``kw_reason``; it is ``None`` unless ``keep_late_rows=True`` was used.
+    micro-batch) and ``kw_reason``, and also the invalid rows (null key, null event time or
+    null source; ``kw_watermark`` null, ``kw_reason`` says which); it is ``None`` unless
+    ``keep_late_rows=True`` was used.
     """
     if "kw_kind" not in report.columns:
         raise PySparkValueError(
@@ -37,7 +39,7 @@ def split_report(report: DataFrame) -> Tuple[DataFrame, Optional[DataFrame]]:
     results = report.where(F.col("kw_kind") == "window").drop(*REPORT_COLUMNS)
     if "kw_late_row" not in report.columns:
         return results, None
-    late_rows = report.where(F.col("kw_kind") == "late_row").select(
+    late_rows = report.where(F.col("kw_kind").isin("late_row", "invalid_row")).select(
         "kw_late_row.*", "kw_watermark", "kw_reason"
     )
     return results, late_rows

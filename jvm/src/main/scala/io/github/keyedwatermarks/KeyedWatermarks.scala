@@ -305,9 +305,11 @@ final class KeyedWindow private[keyedwatermarks] (
       .transformWithState(new KeyedWindowProcessor(plan), timeMode, OutputMode.Append())(
         Encoders.row(emitter.outputSchema))
       .toDF()
-    out.observe(KeyedWatermarks.OutputMetrics,
-      F.count(F.when(out.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"),
-      F.coalesce(F.sum(out.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
-      F.count(F.when(out.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark"))
+    val all = projected.invalidRows.fold(out)(invalid => out.union(WindowEmitter.invalidRows(invalid, emitter,
+      input.keys.map(resultSchema(_).name))))
+    all.observe(KeyedWatermarks.OutputMetrics,
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"),
+      F.coalesce(F.sum(all.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark"))
   }
 }

@@ -1,12 +1,13 @@
 package io.github.keyedwatermarks.emission
 
-import org.apache.spark.sql.Row
+import org.apache.spark.sql.{DataFrame, Row, functions => F}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, JoinedRow}
 import org.apache.spark.sql.types.{IntegerType, LongType, StringType, StructType, TimestampType}
 import org.apache.spark.unsafe.types.UTF8String
 
 import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
+import io.github.keyedwatermarks.input
 import io.github.keyedwatermarks.watermark.KeyWatermark
 
 /**
@@ -14,7 +15,8 @@ import io.github.keyedwatermarks.watermark.KeyWatermark
  * `groupBy(keys, window).agg(...)`, plus `revision` when allowed lateness is set: 0 for a
  * window's first firing, then 1, 2, ... for late firings) followed by report columns:
  *  - `kw_kind`: "window" for an emitted window, "late" for a per-key, per-batch late-row
- *    count, "late_row" for one kept late row;
+ *    count, "late_row" for one kept late row, "invalid_row" for one kept invalid row,
+ *    "watermark" for a key whose watermark was held (see `kw_regressions`);
  *  - `kw_late_rows`: number of late rows of the key in this batch ("late" rows only);
  *  - `kw_watermark`: the key's watermark at the start of the batch (null if undefined);
  *  - `kw_regressions`: on a "watermark" row (one per key and batch in which the watermark
@@ -93,6 +95,29 @@ final class WindowEmitter(
 }
 
 object WindowEmitter {
+  /**
+   * Kept invalid rows (null key, null event time, null source) as report rows of the output
+   * schema: `kw_kind = 'invalid_row'`, the key columns, `kw_late_row` and `kw_reason`. They
+   * never reach the keyed operator (they have no key or no event time), so they are a
+   * branch of their own, united with the operator's output.
+   */
+  def invalidRows(invalid: DataFrame, emitter: WindowEmitter, keyNames: Seq[String]): DataFrame = {
+    val keyIndex = keyNames.zipWithIndex.toMap
+    val columns = emitter.outputSchema.fields.toSeq.map { f =>
+      val c = keyIndex.get(f.name) match {
+        case Some(i) => invalid.col(input.ProjectedInput.keyColumnName(i))
+        case None => f.name match {
+          case KindColumn => F.lit("invalid_row")
+          case LateRowColumn => invalid.col(input.ProjectedInput.OriginalRow)
+          case ReasonColumn => invalid.col(input.ProjectedInput.InvalidReason)
+          case _ => F.lit(null)
+        }
+      }
+      c.cast(f.dataType).as(f.name)
+    }
+    invalid.select(columns: _*)
+  }
+
   val KindColumn = "kw_kind"
   val LateRowsColumn = "kw_late_rows"
   val WatermarkColumn = "kw_watermark"

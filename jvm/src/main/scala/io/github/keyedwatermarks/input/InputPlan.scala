@@ -50,7 +50,11 @@ object InputPlan {
  * The projected input: key columns, event time (micros), the aggregates' input columns and,
  * when late rows are kept, the whole original row as a struct (last column).
  */
-final case class ProjectedInput(frame: DataFrame, keySchema: StructType, keepsRows: Boolean)
+final case class ProjectedInput(
+    frame: DataFrame,
+    keySchema: StructType,
+    keepsRows: Boolean,
+    invalidRows: Option[DataFrame])
 
 object ProjectedInput {
   /** Key columns are renamed to Avro-safe names: they become the state store's key schema. */
@@ -58,6 +62,7 @@ object ProjectedInput {
 
   /** Name of the struct column holding the original row, when late rows are kept. */
   val OriginalRow = "kw_original_row"
+  val InvalidReason = "kw_invalid_reason"
 
   private def column(plan: InputPlan, name: String) = plan.events.col("`" + name.replace("`", "``") + "`")
 
@@ -91,6 +96,12 @@ object ProjectedInput {
       .where(!anyKeyNull && !eventTimeNull && !sourceNull)
       .select(columns: _*)
     val keySchema = StructType(projected.schema.take(plan.keys.size))
-    ProjectedInput(projected, keySchema, keepRows)
+    // Kept rows: the invalid ones too, with the reason, so nothing leaves the query unseen.
+    val invalid = if (!keepRows) None else Some(plan.events
+      .where(anyKeyNull || eventTimeNull || sourceNull)
+      .select(plan.keyColumns.zipWithIndex.map { case (c, i) => c.as(keyColumnName(i)) } ++ Seq(
+        F.when(anyKeyNull, "null key").when(eventTimeNull, "null event time").otherwise("null source").as(InvalidReason),
+        original.head): _*))
+    ProjectedInput(projected, keySchema, keepRows, invalid)
   }
 }
