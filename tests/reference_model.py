@@ -128,3 +128,63 @@ def run_model(
                 del res.open[(key, start)]
                 fired.pop((key, start), None)
     return res
+
+
+@dataclass(frozen=True)
+class Session:
+    key: Hashable
+    start: int
+    end: int
+    batch: int  # micro-batch in which the session is emitted
+    values: Tuple[Any, ...]  # its on-time values, sorted
+
+
+@dataclass
+class SessionResult:
+    emitted: List[Session] = field(default_factory=list)
+    late: Dict[Tuple[int, Hashable], int] = field(default_factory=dict)
+    invalid: int = 0
+    # sessions still open after the last batch: key -> [(start, end, values)]
+    open: Dict[Hashable, List[Tuple[int, int, List[Any]]]] = field(default_factory=dict)
+
+
+def run_session_model(batches: Sequence[Sequence[Row]], lateness: int, gap: int) -> SessionResult:
+    """Session windows of docs/semantics.md with a fixed ``gap`` (micros).
+
+    A row of batch N is late when ``t <= wm(k)`` at the start of batch N. Every on-time row
+    opens ``[t, t + gap)``; at the end of batch N the key's open sessions and new intervals are
+    merged where they touch (next start ``<=`` current end), ``wm(k)`` advances with all of k's
+    rows of the batch, and every session with ``end <= wm(k)`` is emitted (in batch N).
+    """
+    res = SessionResult()
+    max_time: Dict[Hashable, int] = {}
+    for n, batch in enumerate(batches):
+        wm_start = {k: m - lateness for k, m in max_time.items()}
+        new: Dict[Hashable, List[Tuple[int, int, List[Any]]]] = defaultdict(list)
+        for key, t, value in batch:
+            if key is None or t is None:
+                res.invalid += 1
+                continue
+            if key in wm_start and t <= wm_start[key]:
+                res.late[(n, key)] = res.late.get((n, key), 0) + 1
+            else:
+                new[key].append((t, t + gap, [value]))
+            max_time[key] = max(t, max_time.get(key, t))
+        for key in set(res.open) | set(new):
+            intervals = sorted(res.open.get(key, []) + new.get(key, []), key=lambda i: i[0])
+            merged: List[Tuple[int, int, List[Any]]] = []
+            for start, end, values in intervals:
+                if merged and start <= merged[-1][1]:
+                    s, e, vs = merged[-1]
+                    merged[-1] = (s, max(e, end), vs + values)
+                else:
+                    merged.append((start, end, list(values)))
+            wm = max_time[key] - lateness
+            keep = []
+            for start, end, values in merged:
+                if end <= wm:
+                    res.emitted.append(Session(key, start, end, n, tuple(sorted(values, key=repr))))
+                else:
+                    keep.append((start, end, values))
+            res.open[key] = keep
+    return res

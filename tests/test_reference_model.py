@@ -319,3 +319,51 @@ def test_same_batch_rows_never_late_and_boundary_closes(spark, workdir):
 
     rows, progress = replay_and_run(spark, workdir, batches, 0, 10)
     check_against_model(batches, model, rows, progress)
+
+
+# --------------------------------------------------------------------------------------
+# Session windows against the session model
+# --------------------------------------------------------------------------------------
+
+
+@spark_examples(5)
+@given(batches=packed_streams(), lateness_s=st.sampled_from([0, 5]), gap_s=st.sampled_from([3, 10]))
+def test_sessions_match_session_model(spark, tmp_path_factory, batches, lateness_s, gap_s):
+    """Emitted sessions (bounds, values), the micro-batch of each emission and per-key late
+    counts equal the session model's, over random multi-key streams and batch splits."""
+    from reference_model import run_session_model
+
+    model = run_session_model(batches, lateness_s * SECOND, gap_s * SECOND)
+    note(f"lateness={lateness_s}s gap={gap_s}s model={model}")
+    root = tmp_path_factory.mktemp(f"sessions-{uuid.uuid4().hex[:8]}")
+    replay = Replay(spark, root)
+    replay.add_all(to_spark_rows(batches))
+    df = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness=f"{lateness_s} seconds")
+          .session(f"{gap_s} seconds")
+          .agg_with_report(F.count("*").alias("n"), F.sort_array(F.collect_list("temp")).alias("temps")))
+    query = run_to_end(df, root / "out", root / "checkpoint")
+    rows = (spark.read.schema(df.schema).parquet(str(root / "out"))
+            .select("device", "kw_kind", "kw_late_rows", "temps",
+                    F.unix_micros("session_window.start").alias("start"),
+                    F.unix_micros("session_window.end").alias("end"))
+            .collect())
+
+    def values(vs):
+        return tuple(sorted(vs, key=repr))
+
+    got = Counter((r.device, r.start, r.end, values(r.temps)) for r in rows if r.kw_kind == "window")
+    # collect_list skips nulls, as Spark does.
+    want = Counter((s.key, s.start, s.end, values([v for v in s.values if v is not None])) for s in model.emitted)
+    assert got == want
+    late: Dict[str, int] = Counter()
+    for r in rows:
+        if r.kw_kind == "late":
+            late[r.device] += r.kw_late_rows
+    want_late: Dict[str, int] = Counter()
+    for (_, key), n in model.late.items():
+        want_late[key] += n
+    assert dict(late) == dict(want_late)
+    per_batch = {p.batchId: p.observedMetrics["keyed_watermarks_output"]["windows_emitted"]
+                 for p in query.recentProgress}
+    want_batch = Counter(s.batch for s in model.emitted)
+    assert {b: n for b, n in per_batch.items() if n} == dict(want_batch)
