@@ -137,6 +137,7 @@ class Session:
     end: int
     batch: int  # micro-batch in which the session is emitted
     values: Tuple[Any, ...]  # its on-time values, sorted
+    revision: int = 0
 
 
 @dataclass
@@ -144,47 +145,53 @@ class SessionResult:
     emitted: List[Session] = field(default_factory=list)
     late: Dict[Tuple[int, Hashable], int] = field(default_factory=dict)
     invalid: int = 0
-    # sessions still open after the last batch: key -> [(start, end, values)]
-    open: Dict[Hashable, List[Tuple[int, int, List[Any]]]] = field(default_factory=dict)
+    # sessions still open after the last batch: key -> [(start, end, values, revisions, dirty)]
+    open: Dict[Hashable, List[tuple]] = field(default_factory=dict)
 
 
-def run_session_model(batches: Sequence[Sequence[Row]], lateness: int, gap: int) -> SessionResult:
-    """Session windows of docs/semantics.md with a fixed ``gap`` (micros).
+def run_session_model(batches: Sequence[Sequence[Row]], lateness: int, gap: Any, allowed: int = 0) -> SessionResult:
+    """Session windows of docs/semantics.md; ``gap`` (micros) is a number or a function of the
+    row's value (a per-row gap; None or <= 0 makes the row invalid).
 
-    A row of batch N is late when ``t <= wm(k)`` at the start of batch N. Every on-time row
-    opens ``[t, t + gap)``; at the end of batch N the key's open sessions and new intervals are
-    merged where they touch (next start ``<=`` current end), ``wm(k)`` advances with all of k's
-    rows of the batch, and every session with ``end <= wm(k)`` is emitted (in batch N).
+    A row of batch N is late when ``t <= wm(k) - allowed`` at the start of batch N. Every
+    on-time row opens ``[t, t + gap)``; at the end of batch N the key's open sessions and new
+    intervals are merged where they touch (next start ``<=`` current end; a merge keeps the
+    highest revision count and is changed if any part is), ``wm(k)`` advances with all of k's
+    rows of the batch, and every session with ``end <= wm(k)`` that never fired or changed
+    since it fired is emitted (in batch N) as its next revision; it leaves state once
+    ``end + allowed <= wm(k)``.
     """
     res = SessionResult()
     max_time: Dict[Hashable, int] = {}
     for n, batch in enumerate(batches):
         wm_start = {k: m - lateness for k, m in max_time.items()}
-        new: Dict[Hashable, List[Tuple[int, int, List[Any]]]] = defaultdict(list)
+        new: Dict[Hashable, List[tuple]] = defaultdict(list)
         for key, t, value in batch:
-            if key is None or t is None:
+            g = gap(value) if callable(gap) else gap
+            if key is None or t is None or g is None or g <= 0:
                 res.invalid += 1
                 continue
-            if key in wm_start and t <= wm_start[key]:
+            if key in wm_start and t <= wm_start[key] - allowed:
                 res.late[(n, key)] = res.late.get((n, key), 0) + 1
             else:
-                new[key].append((t, t + gap, [value]))
+                new[key].append((t, t + g, [value], 0, True))
             max_time[key] = max(t, max_time.get(key, t))
         for key in set(res.open) | set(new):
             intervals = sorted(res.open.get(key, []) + new.get(key, []), key=lambda i: i[0])
-            merged: List[Tuple[int, int, List[Any]]] = []
-            for start, end, values in intervals:
+            merged: List[list] = []
+            for start, end, values, revisions, dirty in intervals:
                 if merged and start <= merged[-1][1]:
-                    s, e, vs = merged[-1]
-                    merged[-1] = (s, max(e, end), vs + values)
+                    m = merged[-1]
+                    merged[-1] = [m[0], max(m[1], end), m[2] + values, max(m[3], revisions), m[4] or dirty]
                 else:
-                    merged.append((start, end, list(values)))
+                    merged.append([start, end, list(values), revisions, dirty])
             wm = max_time[key] - lateness
             keep = []
-            for start, end, values in merged:
-                if end <= wm:
-                    res.emitted.append(Session(key, start, end, n, tuple(sorted(values, key=repr))))
-                else:
-                    keep.append((start, end, values))
+            for start, end, values, revisions, dirty in merged:
+                if end <= wm and (revisions == 0 or dirty):
+                    res.emitted.append(Session(key, start, end, n, tuple(sorted(values, key=repr)), revisions))
+                    revisions, dirty = revisions + 1, False
+                if not end + allowed <= wm:
+                    keep.append((start, end, values, revisions, dirty))
             res.open[key] = keep
     return res

@@ -326,24 +326,37 @@ def test_same_batch_rows_never_late_and_boundary_closes(spark, workdir):
 # --------------------------------------------------------------------------------------
 
 
-@spark_examples(5)
-@given(batches=packed_streams(), lateness_s=st.sampled_from([0, 5]), gap_s=st.sampled_from([3, 10]))
-def test_sessions_match_session_model(spark, tmp_path_factory, batches, lateness_s, gap_s):
-    """Emitted sessions (bounds, values), the micro-batch of each emission and per-key late
-    counts equal the session model's, over random multi-key streams and batch splits."""
+def per_row_gap(value) -> Optional[int]:
+    """The per-row gap of the dynamic-gap session tests (micros): None or <= 0 is invalid."""
+    if value is None:
+        return None
+    return 10 * SECOND if value > 20 else 3 * SECOND if value >= 0 else 0
+
+
+@spark_examples(6)
+@given(batches=packed_streams(), lateness_s=st.sampled_from([0, 5]), gap_s=st.sampled_from([3, 10, None]),
+       allowed_s=st.sampled_from([0, 0, 6]))
+def test_sessions_match_session_model(spark, tmp_path_factory, batches, lateness_s, gap_s, allowed_s):
+    """Emitted sessions (bounds, values, revision), the micro-batch of each emission and
+    per-key late counts equal the session model's, over random multi-key streams and batch
+    splits; with a fixed or a per-row gap (gap_s None), with and without allowed lateness."""
     from reference_model import run_session_model
 
-    model = run_session_model(batches, lateness_s * SECOND, gap_s * SECOND)
-    note(f"lateness={lateness_s}s gap={gap_s}s model={model}")
+    gap = per_row_gap if gap_s is None else gap_s * SECOND
+    model = run_session_model(batches, lateness_s * SECOND, gap, allowed_s * SECOND)
+    note(f"lateness={lateness_s}s gap={gap_s}s allowed={allowed_s}s model={model}")
     root = tmp_path_factory.mktemp(f"sessions-{uuid.uuid4().hex[:8]}")
     replay = Replay(spark, root)
     replay.add_all(to_spark_rows(batches))
+    gap_arg = (F.when(F.col("temp") > 20, "10 seconds").when(F.col("temp") >= 0, "3 seconds")
+               .when(F.col("temp") < 0, "0 seconds") if gap_s is None else f"{gap_s} seconds")
     df = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness=f"{lateness_s} seconds")
-          .session(f"{gap_s} seconds")
+          .session(gap_arg, allowed_lateness=f"{allowed_s} seconds" if allowed_s else None)
           .agg_with_report(F.count("*").alias("n"), F.sort_array(F.collect_list("temp")).alias("temps")))
     query = run_to_end(df, root / "out", root / "checkpoint")
+    revision = F.col("revision") if allowed_s else F.lit(0)
     rows = (spark.read.schema(df.schema).parquet(str(root / "out"))
-            .select("device", "kw_kind", "kw_late_rows", "temps",
+            .select("device", "kw_kind", "kw_late_rows", "temps", revision.alias("revision"),
                     F.unix_micros("session_window.start").alias("start"),
                     F.unix_micros("session_window.end").alias("end"))
             .collect())
@@ -351,9 +364,10 @@ def test_sessions_match_session_model(spark, tmp_path_factory, batches, lateness
     def values(vs):
         return tuple(sorted(vs, key=repr))
 
-    got = Counter((r.device, r.start, r.end, values(r.temps)) for r in rows if r.kw_kind == "window")
+    got = Counter((r.device, r.start, r.end, values(r.temps), r.revision) for r in rows if r.kw_kind == "window")
     # collect_list skips nulls, as Spark does.
-    want = Counter((s.key, s.start, s.end, values([v for v in s.values if v is not None])) for s in model.emitted)
+    want = Counter((s.key, s.start, s.end, values([v for v in s.values if v is not None]), s.revision)
+                   for s in model.emitted)
     assert got == want
     late: Dict[str, int] = Counter()
     for r in rows:
@@ -363,7 +377,12 @@ def test_sessions_match_session_model(spark, tmp_path_factory, batches, lateness
     for (_, key), n in model.late.items():
         want_late[key] += n
     assert dict(late) == dict(want_late)
-    per_batch = {p.batchId: p.observedMetrics["keyed_watermarks_output"]["windows_emitted"]
-                 for p in query.recentProgress}
+    progress = query.recentProgress
+    per_batch = {p.batchId: p.observedMetrics["keyed_watermarks_output"]["windows_emitted"] for p in progress}
     want_batch = Counter(s.batch for s in model.emitted)
     assert {b: n for b, n in per_batch.items() if n} == dict(want_batch)
+    invalid = sum(p.observedMetrics["keyed_watermarks_input"]["null_key_rows"]
+                  + p.observedMetrics["keyed_watermarks_input"]["null_event_time_rows"]
+                  + p.observedMetrics["keyed_watermarks_input"].asDict().get("invalid_gap_rows", 0)
+                  for p in progress if "keyed_watermarks_input" in p.observedMetrics)
+    assert invalid == model.invalid

@@ -50,15 +50,20 @@ def on_time_rows(batches):
     return keep, late, {k: m - LATENESS_S * SECOND for k, m in max_t.items()}
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_sessions_equal_spark_session_window(spark, tmp_path_factory, seed):
+def gap_column():
+    """A per-row gap, as session_window allows: long sessions for hot readings."""
+    return F.when(F.col("temp") > 10, "12 seconds").otherwise("4 seconds")
+
+
+@pytest.mark.parametrize("seed, per_row_gap", [(1, False), (2, False), (3, False), (4, False), (5, True), (6, True)])
+def test_sessions_equal_spark_session_window(spark, tmp_path_factory, seed, per_row_gap):
     batches = random_stream(seed)
     root = tmp_path_factory.mktemp(f"session-{uuid.uuid4().hex[:8]}")
     replay = Replay(spark, root)
     replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in batches])
     aggs = [F.count("*").alias("n"), F.sum("temp").alias("s"), F.max("ts").alias("last")]
     df = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness=f"{LATENESS_S} seconds")
-          .session(f"{GAP_S} seconds").agg_with_report(*aggs))
+          .session(gap_column() if per_row_gap else f"{GAP_S} seconds").agg_with_report(*aggs))
     run_to_end(df, root / "out", root / "checkpoint")
     out = spark.read.schema(df.schema).parquet(str(root / "out"))
     ours = {(r.device, r.start, r.end): (r.n, r.s) for r in out.where("kw_kind = 'window'").select(
@@ -68,7 +73,8 @@ def test_sessions_equal_spark_session_window(spark, tmp_path_factory, seed):
 
     keep, want_late, final_wm = on_time_rows(batches)
     batch_df = spark.createDataFrame([(k, ts(t), v) for k, t, v in keep], "device STRING, ts TIMESTAMP, temp DOUBLE")
-    expected = batch_df.groupBy("device", F.session_window("ts", f"{GAP_S} seconds")).agg(*aggs).select(
+    gap = gap_column() if per_row_gap else f"{GAP_S} seconds"
+    expected = batch_df.groupBy("device", F.session_window("ts", gap)).agg(*aggs).select(
         "device", F.unix_micros("session_window.start").alias("start"),
         F.unix_micros("session_window.end").alias("end"), "n", "s").collect()
     closed = {(r.device, r.start, r.end): (r.n, r.s) for r in expected if r.end <= final_wm[r.device]}
@@ -93,3 +99,46 @@ def test_session_merges_across_batches_and_bridges(spark, workdir):
         F.unix_micros("session_window.start").alias("start"), F.unix_micros("session_window.end").alias("end"),
         "n", "s").collect()
     assert sorted((r.start // SECOND, r.end // SECOND, r.n, r.s) for r in rows) == [(0, 10, 1, 1.0), (30, 45, 2, 6.0)]
+
+
+def test_session_allowed_lateness_fires_revisions(spark, workdir):
+    # gap 10 s, lateness 0, allowed lateness 25 s. Batch 0: a@0 -> [0,10), a@30 -> [30,40);
+    # wm 30: [0,10) fires revision 0. Batch 1: a@8 is on time (8 > 30 - 25) and merges into
+    # [0,10) -> [0,18), which is due and changed: revision 1. Batch 2: a@60 -> wm 60: [0,18)
+    # expires (18 + 25 <= 60), [30,40) fires revision 0; [60,70) stays open.
+    batches = [[("a", 0, 1.0), ("a", 30 * SECOND, 2.0)], [("a", 8 * SECOND, 4.0)], [("a", 60 * SECOND, 8.0)]]
+    replay = Replay(spark, workdir)
+    replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in batches])
+    aggs = [F.count("*").alias("n"), F.sum("temp").alias("s")]
+    df = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness="0 seconds")
+          .session("10 seconds", allowed_lateness="25 seconds").agg(*aggs))
+    assert df.columns == ["device", "session_window", "n", "s", "revision"]
+    run_to_end(df, workdir / "out", workdir / "checkpoint")
+    rows = spark.read.schema(df.schema).parquet(str(workdir / "out")).select(
+        F.unix_micros("session_window.start").alias("start"), F.unix_micros("session_window.end").alias("end"),
+        "n", "s", "revision").collect()
+    got = sorted((r.start // SECOND, r.end // SECOND, r.n, r.s, r.revision) for r in rows)
+    assert got == [(0, 10, 1, 1.0, 0), (0, 18, 2, 5.0, 1), (30, 40, 1, 2.0, 0)]
+    # The last revision of each session equals Spark's batch session_window over all its rows.
+    batch = spark.createDataFrame([(k, ts(t), v) for b in batches for k, t, v in b],
+                                  "device STRING, ts TIMESTAMP, temp DOUBLE")
+    spark_sessions = {(r.start // SECOND, r.end // SECOND): (r.n, r.s) for r in batch.groupBy(
+        "device", F.session_window("ts", "10 seconds")).agg(*aggs).select(
+        F.unix_micros("session_window.start").alias("start"), F.unix_micros("session_window.end").alias("end"),
+        "n", "s").collect()}
+    last = {}
+    for start, end, n, s, rev in got:
+        last[start] = (end, n, s, rev)
+    assert {(start, end): (n, s) for start, (end, n, s, _) in last.items()} == {
+        k: v for k, v in spark_sessions.items() if k != (60, 70)}
+
+
+def test_session_gap_column_must_hold_durations(spark, workdir):
+    from pyspark.errors import IllegalArgumentException
+
+    stream = Replay(spark, workdir).stream()
+    keyed = kw.keyed_watermark(stream, key="device", event_time="ts", lateness="1 second")
+    with pytest.raises(IllegalArgumentException, match="gap"):
+        keyed.session(F.col("temp"))
+    with pytest.raises(IllegalArgumentException, match="allowed_lateness"):
+        keyed.session("10 seconds", allowed_lateness="-1 second")

@@ -263,19 +263,41 @@ class KeyedWatermark:
         )
         return KeyedWindow(jwindow, self._events)
 
-    def session(self, gap: Duration) -> KeyedWindow:
-        """Session windows per key with a fixed ``gap``.
+    def session(
+        self, gap: Union[Duration, Column], allowed_lateness: Optional[Duration] = None
+    ) -> KeyedWindow:
+        """Session windows per key.
 
         A key's rows less than ``gap`` apart (in event time) form one session
         ``[first event, last event + gap)``, with the bounds of Spark's
         ``F.session_window(ts, gap)``; sessions merge as rows arrive, across micro-batches, and a
-        session is emitted once, when its key's watermark passes its end. A row is late when its
-        event time is at or behind its key's watermark at the start of the micro-batch.
-        The result has the columns of ``events.groupBy(*keys, F.session_window(ts, gap)).agg(...)``.
+        session is emitted when its key's watermark passes its end. A row is late when its
+        event time is at or behind its key's watermark (minus ``allowed_lateness``) at the start
+        of the micro-batch. The result has the columns of
+        ``events.groupBy(*keys, F.session_window(ts, gap)).agg(...)``.
+
+        ``gap`` is a duration, or a Column of durations for a per-row gap (as
+        ``session_window`` allows); rows whose gap is null or not positive are invalid (Spark
+        drops them): counted as ``invalid_gap_rows`` and, with ``keep_late_rows``, returned.
+
+        ``allowed_lateness`` keeps a session that long after it fired: rows that still merge
+        into it make it fire again, as the next ``revision``, when it is due.
+
+        >>> sessions = (kw.keyed_watermark(events, key="device", event_time="ts",
+        ...                                lateness="10 seconds")
+        ...             .session(F.when(F.col("kind") == "batch", "10 minutes")
+        ...                       .otherwise("30 seconds"))
+        ...             .agg(F.count("*").alias("n")))  # doctest: +SKIP
         """
         if gap is None:
             raise PySparkValueError(message="gap: a duration is required, e.g. '30 seconds'")
-        return KeyedWindow(self._jwatermark.session(_duration("gap", gap)), self._events)
+        allowed = _duration("allowed_lateness", allowed_lateness)
+        jvm_facade = facade(self._events)
+        if isinstance(gap, Column):
+            jwindow = jvm_facade.session(self._jwatermark, gap._jc, allowed)
+        else:
+            jwindow = jvm_facade.session(self._jwatermark, _duration("gap", gap), allowed)
+        return KeyedWindow(jwindow, self._events)
 
 
 def keyed_watermark(

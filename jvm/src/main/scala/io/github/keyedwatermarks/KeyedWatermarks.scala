@@ -63,6 +63,12 @@ object KeyedWatermarks {
   def window(watermark: KeyedWatermark, size: String, slide: String, allowedLateness: String): KeyedWindow =
     watermark.window(size, slide, allowedLateness)
 
+  def session(watermark: KeyedWatermark, gap: String, allowedLateness: String): KeyedWindow =
+    watermark.session(gap, allowedLateness)
+
+  def session(watermark: KeyedWatermark, gap: Column, allowedLateness: String): KeyedWindow =
+    watermark.session(gap, allowedLateness)
+
   def agg(window: KeyedWindow, aggs: java.util.List[Column], withReport: Boolean, keepLateRows: Boolean): DataFrame =
     if (withReport) window.aggWithReport(keepLateRows, aggs.asScala.toSeq: _*) else window.agg(aggs.asScala.toSeq: _*)
 
@@ -184,10 +190,39 @@ final class KeyedWatermark private[keyedwatermarks] (
    * `gap` apart form one session, [first event, last event + gap), with the bounds of Spark's
    * `session_window(ts, gap)`. A session is emitted when its key's watermark passes its end.
    */
-  def session(gap: String): KeyedWindow = {
+  def session(gap: String): KeyedWindow = session(gap, null: String)
+
+  /**
+   * Sessions with `allowedLateness` (null: none): a session fires when its key's watermark
+   * passes its end and stays that much longer; rows that still merge into it make it fire again
+   * as the next `revision` (see docs/semantics.md).
+   */
+  def session(gap: String, allowedLateness: String): KeyedWindow = {
     val gapMicros = SparkInternals.durationMicros("gap", gap)
     if (gapMicros <= 0) throw new IllegalArgumentException(s"gap: must be positive, got '$gap'")
-    new KeyedWindow(this, F.session_window(input.eventTimeColumn, gap), SessionWindows(gapMicros), None)
+    new KeyedWindow(this, F.session_window(input.eventTimeColumn, gap), SessionWindows(gapMicros),
+      allowed(allowedLateness), None)
+  }
+
+  /**
+   * Session windows with a per-row gap, as `session_window(ts, gapColumn)` allows: a column of
+   * durations (a string such as "5 minutes", a DAY TO SECOND or calendar interval). Rows whose
+   * gap is null or not positive are invalid (Spark's session_window drops them): counted as
+   * `invalid_gap_rows`, never aggregated.
+   */
+  def session(gap: Column): KeyedWindow = session(gap, null)
+
+  def session(gap: Column, allowedLateness: String): KeyedWindow = {
+    if (gap == null) throw new IllegalArgumentException("gap: column is null")
+    val micros = DurationColumn.micros(input.events, gap, "gap")
+    new KeyedWindow(this, F.session_window(input.eventTimeColumn, gap), SessionWindows(0L, dynamicGap = true),
+      allowed(allowedLateness), Some(micros))
+  }
+
+  private def allowed(allowedLateness: String): Option[Long] = Option(allowedLateness).map { a =>
+    val micros = SparkInternals.durationMicros("allowed_lateness", a)
+    if (micros < 0) throw new IllegalArgumentException(s"allowed_lateness: must not be negative, got '$a'")
+    micros
   }
 
   /**
@@ -201,20 +236,16 @@ final class KeyedWatermark private[keyedwatermarks] (
   def window(windowDuration: String, slideDuration: String, allowedLateness: String): KeyedWindow = {
     val size = SparkInternals.durationMicros("window", windowDuration)
     if (size <= 0) throw new IllegalArgumentException(s"window: size must be positive, got '$windowDuration'")
-    val allowed = Option(allowedLateness).map { a =>
-      val micros = SparkInternals.durationMicros("allowed_lateness", a)
-      if (micros < 0) throw new IllegalArgumentException(s"allowed_lateness: must not be negative, got '$a'")
-      micros
-    }
+    val allowedMicros = allowed(allowedLateness)
     Option(slideDuration) match {
       case None =>
-        new KeyedWindow(this, F.window(input.eventTimeColumn, windowDuration), TumblingWindows(size), allowed)
+        new KeyedWindow(this, F.window(input.eventTimeColumn, windowDuration), TumblingWindows(size), allowedMicros, None)
       case Some(slide) =>
         val slideMicros = SparkInternals.durationMicros("slide", slide)
         if (slideMicros <= 0 || slideMicros > size) throw new IllegalArgumentException(
           s"slide: must be positive and at most the window size '$windowDuration', got '$slide'")
         new KeyedWindow(this, F.window(input.eventTimeColumn, windowDuration, slide),
-          if (slideMicros == size) TumblingWindows(size) else SlidingWindows(size, slideMicros), allowed)
+          if (slideMicros == size) TumblingWindows(size) else SlidingWindows(size, slideMicros), allowedMicros, None)
     }
   }
 }
@@ -224,7 +255,9 @@ final class KeyedWindow private[keyedwatermarks] (
     watermark: KeyedWatermark,
     windowColumn: Column,
     assigner: WindowAssigner,
-    allowedLatenessMicros: Option[Long]) {
+    allowedLatenessMicros: Option[Long],
+    /** Sessions with a per-row gap: the gap in microseconds. */
+    gapMicros: Option[Column]) {
 
   /**
    * Append-mode result with exactly the columns of
@@ -272,9 +305,10 @@ final class KeyedWindow private[keyedwatermarks] (
     val policyColumns =
       watermark.latenessColumn.map(c => F.coalesce(c, F.lit(policy.latenessMicros))
         .as(PartialAggregation.Lateness)).toSeq ++
-      watermark.sourceColumn.map(_.cast("string").as(PartialAggregation.Source)).toSeq
+      watermark.sourceColumn.map(_.cast("string").as(PartialAggregation.Source)).toSeq ++
+      gapMicros.map(_.as(PartialAggregation.Gap)).toSeq
     val projected = ProjectedInput(input, aggregateInputs, keepLateRows, policyColumns,
-      watermark.sourceColumn.map(_.cast("string")))
+      watermark.sourceColumn.map(_.cast("string")), gapMicros)
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(analyzed, SparkInternals.output(projected.frame))
     val resultSchema = reference.schema
     val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray,

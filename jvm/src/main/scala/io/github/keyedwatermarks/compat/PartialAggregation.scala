@@ -41,6 +41,9 @@ object PartialAggregation {
   /** Optional input columns the partials carry (see input.ProjectedInput). */
   val Lateness = "kw_lateness_us"
   val Source = "kw_source"
+  /** Per-row session gap in microseconds (input), and a session partial's interval end (output). */
+  val Gap = "kw_gap_us"
+  val SessionEnd = "kw_session_end"
 
   /**
    * @param input     rows with the key columns first, then the event time (micros), then the
@@ -67,11 +70,13 @@ object PartialAggregation {
     val keptOut = kept.map(a => AttributeReference(KeptRows, ArrayType(a.dataType, containsNull = false))()).toSeq
     val lateness = inputs.find(_.name == Lateness)
     val source = inputs.find(_.name == Source)
+    val gap = inputs.find(_.name == Gap)
     val policyOut = lateness.map(_ => AttributeReference(Lateness, LongType, nullable = false)()).toSeq ++
+      gap.map(_ => AttributeReference(SessionEnd, LongType, nullable = false)()).toSeq ++
       (if (keepEventTimes) Seq(AttributeReference(EventTimes, ArrayType(LongType, containsNull = false), nullable = false)())
        else Nil) ++ source.toSeq
     val node = KeyedPartialAggregate(
-      inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source),
+      inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source, gap),
       windows, aggregation, inputs, buffers ++ meta ++ inputs.take(keyCount) ++ policyOut ++ keptOut, child)
     SparkBridge.ofRows(session, node)
   }
@@ -85,9 +90,8 @@ object PartialAggregation {
 }
 
 /** The watermark-policy inputs a partial carries: lateness column, event times, source. */
-final case class PolicyColumns(lateness: Option[Attribute], eventTimes: Boolean, source: Option[Attribute]) {
-  def width: Int = lateness.size + (if (eventTimes) 1 else 0) + source.size
-}
+final case class PolicyColumns(
+    lateness: Option[Attribute], eventTimes: Boolean, source: Option[Attribute], gap: Option[Attribute])
 
 /** Logical node; `inputs` lists every column read so column pruning keeps them. */
 case class KeyedPartialAggregate(
@@ -148,6 +152,7 @@ case class KeyedPartialAggregateExec(
         (keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+ BoundReference(in.size, LongType, nullable = false)) ++
           policyCols.source.map(s => BindReferences.bindReference[Expression](s, in)).toSeq)
       val latenessOrdinal = policyCols.lateness.map(l => in.indexWhere(_.exprId == l.exprId)).getOrElse(-1)
+      val gapOrdinal = policyCols.gap.map(g => in.indexWhere(_.exprId == g.exprId)).getOrElse(-1)
       val tsOrdinal = in.indexWhere(_.exprId == ts.exprId)
       val keptOrdinal = kept.map(k => in.indexWhere(_.exprId == k.exprId)).getOrElse(-1)
       val keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0)
@@ -179,13 +184,17 @@ case class KeyedPartialAggregateExec(
             val l = row.getLong(latenessOrdinal)
             if (l > partial.maxLateness) partial.maxLateness = l
           }
+          if (gapOrdinal >= 0) {
+            val end = t + row.getLong(gapOrdinal)
+            if (end > partial.maxEnd) partial.maxEnd = end
+          }
         }
       }
       val n = keyAttrs.size
       val project = UnsafeProjection.create(
         outAttrs.indices.map(i => BoundReference(i, outAttrs(i).dataType, outAttrs(i).nullable)))
       val meta = new SpecificInternalRow(Seq(LongType, LongType, LongType))
-      val policyTypes = policyCols.lateness.map(_ => LongType).toSeq ++
+      val policyTypes = policyCols.lateness.map(_ => LongType).toSeq ++ policyCols.gap.map(_ => LongType).toSeq ++
         (if (policyCols.eventTimes) Seq(ArrayType(LongType, containsNull = false)) else Nil) ++
         policyCols.source.map(_.dataType).toSeq
       val keyPart = new SpecificInternalRow(keyAttrs.map(_.dataType) ++ policyTypes ++ kept.map(_.dataType).toSeq)
@@ -198,6 +207,7 @@ case class KeyedPartialAggregateExec(
         var i = 0
         while (i < n) { keyPart.update(i, key.get(i, keyAttrs(i).dataType)); i += 1 }
         if (policyCols.lateness.isDefined) { keyPart.setLong(i, p.maxLateness); i += 1 }
+        if (policyCols.gap.isDefined) { keyPart.setLong(i, p.maxEnd); i += 1 }
         if (policyCols.eventTimes) { keyPart.update(i, new GenericArrayData(p.eventTimes.toArray[Any])); i += 1 }
         policyCols.source.foreach { s => keyPart.update(i, key.get(n + 1, s.dataType)); i += 1 }
         if (keptOrdinal >= 0) keyPart.update(i, p.keptRows)
@@ -212,6 +222,7 @@ private final class Partial(val buffer: InternalRow) {
   var rows: Long = 0L
   var maxEventTime: Long = Long.MinValue
   var maxLateness: Long = Long.MinValue
+  var maxEnd: Long = Long.MinValue
   /** Event times of the rows this partial counts (adaptive lateness only). */
   lazy val eventTimes = scala.collection.mutable.ArrayBuffer.empty[Long]
   private var kept: scala.collection.mutable.ArrayBuffer[InternalRow] = null

@@ -115,7 +115,7 @@ private[operator] final class KeyWatermarkUpdate(
 /** Ordinals of a partial row's columns (see compat.PartialAggregation for the layout). */
 final case class PartialLayout(
     windowStart: Int, rows: Int, maxEventTime: Int, lateness: Int, eventTimes: Int, source: Int,
-    kept: Int, keptWidth: Int)
+    sessionEnd: Int, kept: Int, keptWidth: Int)
 
 object PartialLayout {
   import org.apache.spark.sql.types.{ArrayType, StructType}
@@ -130,6 +130,7 @@ object PartialLayout {
     }
     PartialLayout(ordinal(PartialAggregation.WindowStart), ordinal(PartialAggregation.Rows),
       ordinal(PartialAggregation.MaxEventTime), ordinal(PartialAggregation.Lateness),
-      ordinal(PartialAggregation.EventTimes), ordinal(PartialAggregation.Source), kept, keptWidth)
+      ordinal(PartialAggregation.EventTimes), ordinal(PartialAggregation.Source),
+      ordinal(PartialAggregation.SessionEnd), kept, keptWidth)
   }
 }

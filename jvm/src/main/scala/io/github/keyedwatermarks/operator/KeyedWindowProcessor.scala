@@ -69,10 +69,15 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       if (ms <= 0) KeyWatermark.Undefined else ms * 1000L
     }
 
-  /** An open window of the key: its live buffer, the revisions it fired, its bounds. */
-  private final class OpenWindow(val start: Long, val end: Long, val buffer: InternalRow, var revisions: Int) {
-    /** The watermark at which it next changes: fires (revision 0) or expires. */
-    def threshold: Long = if (revisions == 0) end else end + plan.allowedLatenessMicros
+  /**
+   * An open window of the key: its live buffer, the revisions it fired, its bounds, and
+   * whether it changed since it last fired (a session that late rows merged into and extended
+   * past the watermark fires again when due).
+   */
+  private final class OpenWindow(
+      val start: Long, val end: Long, val buffer: InternalRow, var revisions: Int, var dirty: Boolean = false) {
+    /** The watermark at which it next changes: fires (first or again) or expires. */
+    def threshold: Long = if (revisions == 0 || dirty) end else end + plan.allowedLatenessMicros
   }
 
   /** One key's state for one batch or timer: watermark record and open windows by start. */
@@ -87,7 +92,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       val row = if (agg.retainsInputReferences) windowStates.toInternal(r).copy() else windowStates.toInternal(r)
       val start = row.getLong(revisionOrdinal + 2)
       windows.update(start, new OpenWindow(start, row.getLong(revisionOrdinal + 1), agg.fromStored(row),
-        row.getInt(revisionOrdinal)))
+        row.getInt(revisionOrdinal), row.getBoolean(revisionOrdinal + 3)))
     }
 
     def window(start: Long): OpenWindow =
@@ -97,7 +102,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     def store(lateRows: Long): Unit = {
       record.lateRows += lateRows
       val rows = windows.values.toSeq.sortBy(_.start).map { w =>
-        windowStates.toExternal(new JoinedRow(agg.toStored(w.buffer), InternalRow(w.revisions, w.end, w.start)))
+        windowStates.toExternal(new JoinedRow(agg.toStored(w.buffer), InternalRow(w.revisions, w.end, w.start, w.dirty)))
       }
       state.store(record, rows)
     }
@@ -131,10 +136,12 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
 
   /**
    * Session windows: partials are per (key, event time), i.e. a row's own interval
-   * [t, t + gap). A row is late when t <= the key's watermark at the start of the batch (so an
-   * on-time row can never touch an already emitted session). On-time intervals and the key's
-   * open sessions are merged where they touch (start <= end of the previous), and a session
-   * is emitted once when the key's watermark passes its end.
+   * [t, t + gap). A row is late when t <= the key's watermark at the start of the batch minus
+   * the allowed lateness A (so an on-time row can never touch a session that already left
+   * state: that needs end + A <= wm, and an on-time row's t > wm - A would have to be <= end).
+   * On-time intervals and the key's open sessions are merged where they touch (start <= end of
+   * the previous); a session fires when the key's watermark passes its end, and again (next
+   * revision) whenever it changed since and is due; it leaves state when end + A <= wm.
    */
   private def handleSessions(keyValues: InternalRow, rows: Iterator[Row], batch: KeyBatch): Iterator[Row] = {
     val update = batch.update
@@ -146,11 +153,12 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       val partial = partials.toInternal(rows.next())
       val start = partial.getLong(startOrdinal)
       update.observe(partial)
-      if (LateRowPolicy.isClosed(start, watermarkAtStart)) {
+      if (LateRowPolicy.isClosed(start + plan.allowedLatenessMicros, watermarkAtStart)) {
         late += partial.getLong(layout.rows)
         keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
       } else {
-        val interval = new OpenWindow(start, plan.windows.windowEnd(start), agg.newBuffer(), 0)
+        val end = if (layout.sessionEnd >= 0) partial.getLong(layout.sessionEnd) else plan.windows.windowEnd(start)
+        val interval = new OpenWindow(start, end, agg.newBuffer(), 0, dirty = true)
         agg.merge(interval.buffer, partial)
         intervals += interval
       }
@@ -183,13 +191,19 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       val session =
         if (j == i + 1) sorted(i)
         else {
-          val merged = new OpenWindow(start, end, agg.newBuffer(), 0)
-          (i until j).foreach(k => agg.merge(merged.buffer, agg.toStored(sorted(k).buffer).copy()))
+          // A merge continues the revisions of the sessions it joins.
+          val parts = sorted.slice(i, j)
+          val merged = new OpenWindow(start, end, agg.newBuffer(), parts.map(_.revisions).max, parts.exists(_.dirty))
+          parts.foreach(p => agg.merge(merged.buffer, agg.toStored(p.buffer).copy()))
           merged
         }
-      if (LateRowPolicy.isClosed(end, watermarkNow)) {
-        emitted += plan.emitter.window(agg.result(windowGroup(keyValues, start, end), session.buffer), 0, watermarkAtStart)
-      } else batch.windows.update(start, session)
+      if (LateRowPolicy.isClosed(end, watermarkNow) && (session.revisions == 0 || session.dirty)) {
+        emitted += plan.emitter.window(agg.result(windowGroup(keyValues, start, end), session.buffer),
+          session.revisions, watermarkAtStart)
+        session.revisions += 1
+        session.dirty = false
+      }
+      if (!LateRowPolicy.isClosed(end + plan.allowedLatenessMicros, watermarkNow)) batch.windows.update(start, session)
       i = j
     }
     emitted

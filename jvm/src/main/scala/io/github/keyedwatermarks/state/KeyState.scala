@@ -2,7 +2,7 @@ package io.github.keyedwatermarks.state
 
 import org.apache.spark.sql.{Encoders, Row}
 import org.apache.spark.sql.streaming.{MapState, StatefulProcessorHandle, TTLConfig, ValueState}
-import org.apache.spark.sql.types.{ArrayType, IntegerType, LongType, StructField, StructType}
+import org.apache.spark.sql.types.{ArrayType, BooleanType, IntegerType, LongType, StructField, StructType}
 
 import io.github.keyedwatermarks.compat.QuantileSketch
 import io.github.keyedwatermarks.watermark.{AdaptiveLateness, KeyWatermark, KeyWatermarkState, WatermarkPolicy}
@@ -63,11 +63,15 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, 
 }
 
 object KeyState {
-  /** A window in state: its stored aggregation buffer, how many revisions it fired, end, start. */
+  /**
+   * A window in state: its stored aggregation buffer, how many revisions it fired, end, start,
+   * and whether it changed since it last fired (sessions with allowed lateness).
+   */
   def windowSchema(bufferSchema: StructType): StructType = bufferSchema
     .add(StructField("kw_revisions", IntegerType, nullable = false))
     .add(StructField("kw_end", LongType, nullable = false))
     .add(StructField("kw_start", LongType, nullable = false))
+    .add(StructField("kw_dirty", BooleanType, nullable = false))
 
   val WatermarkSchema: StructType = StructType(Seq(
     "max_event_time_us", "watermark_us", "arrival_watermark_us", "last_arrival_ms", "lateness_us",

@@ -53,14 +53,17 @@ final case class SlidingWindows(sizeMicros: Long, slideMicros: Long) extends Win
 }
 
 /**
- * Session windows with a fixed gap: each row opens [t, t + gap); sessions of a key whose
- * intervals touch (next start <= current end, as Spark's session_window merges) are merged,
- * across micro-batches, by the operator. Here a row's only "window" is its own interval.
+ * Session windows: each row opens [t, t + gap); sessions of a key whose intervals touch (next
+ * start <= current end, as Spark's session_window merges) are merged, across micro-batches, by
+ * the operator. Here a row's only "window" is its own interval. With `dynamicGap` the gap is
+ * a per-row expression and each partial carries its interval's end (`gapMicros` is unused).
  */
-final case class SessionWindows(gapMicros: Long) extends WindowAssigner {
-  require(gapMicros > 0, s"session gap must be positive, got $gapMicros microseconds")
+final case class SessionWindows(gapMicros: Long, dynamicGap: Boolean = false) extends WindowAssigner {
+  require(dynamicGap || gapMicros > 0, s"session gap must be positive, got $gapMicros microseconds")
 
-  override def sizeMicros: Long = gapMicros
-  override def slideMicros: Long = gapMicros
+  // A row's one "window" starts at its event time; with a dynamic gap its end comes from the
+  // row (the partial carries it), and a 1-microsecond size only makes foreachWindowStart visit t.
+  override def sizeMicros: Long = if (dynamicGap) 1L else gapMicros
+  override def slideMicros: Long = sizeMicros
   override def lastWindowStart(eventTime: Long): Long = eventTime
 }
