@@ -12,7 +12,8 @@ import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
 import org.apache.spark.sql.catalyst.util.{ArrayData, GenericArrayData}
-import org.apache.spark.sql.types.{ArrayType, LongType, StructType}
+import org.apache.spark.sql.types.{ArrayType, LongType, StringType, StructType}
+import org.apache.spark.unsafe.types.UTF8String
 
 import io.github.keyedwatermarks.window.WindowAssigner
 
@@ -157,12 +158,28 @@ case class KeyedPartialAggregateExec(
       val keptOrdinal = kept.map(k => in.indexWhere(_.exprId == k.exprId)).getOrElse(-1)
       val keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0)
       val partials = new JLinkedHashMap[UnsafeRow, Partial]()
-      while (rows.hasNext) {
-        val row0 = reorder(rows.next())
-        val row = if (agg.retainsInputReferences) row0.copy() else row0
-        val t = row.getLong(tsOrdinal)
-        var last = true
-        assigner.foreachWindowStart(t) { start =>
+      // Fast path for the common single STRING key without sources: partials by key value then
+      // window start, looked up with the row's own UTF8String (no grouping-key projection).
+      val stringKeyOrdinal =
+        if (keyAttrs.size == 1 && keyAttrs.head.dataType == StringType && policyCols.source.isEmpty) {
+          in.indexWhere(_.exprId == keyAttrs.head.exprId)
+        } else -1
+      val byStringKey = new java.util.HashMap[UTF8String, scala.collection.mutable.LongMap[Partial]]()
+      def lookup(row: InternalRow, start: Long): Partial =
+        if (stringKeyOrdinal >= 0) {
+          val k = row.getUTF8String(stringKeyOrdinal)
+          var windowsOfKey = byStringKey.get(k)
+          if (windowsOfKey == null) {
+            windowsOfKey = scala.collection.mutable.LongMap.empty[Partial]
+            byStringKey.put(k.clone(), windowsOfKey)
+          }
+          var partial = windowsOfKey.getOrNull(start)
+          if (partial == null) {
+            partial = new Partial(agg.newBuffer())
+            windowsOfKey.update(start, partial)
+          }
+          partial
+        } else {
           windowStart.setLong(0, start)
           val key = groupKey(withStart(row, windowStart))
           var partial = partials.get(key)
@@ -170,6 +187,15 @@ case class KeyedPartialAggregateExec(
             partial = new Partial(agg.newBuffer())
             partials.put(key.copy(), partial)
           }
+          partial
+        }
+      while (rows.hasNext) {
+        val row0 = reorder(rows.next())
+        val row = if (agg.retainsInputReferences) row0.copy() else row0
+        val t = row.getLong(tsOrdinal)
+        var last = true
+        assigner.foreachWindowStart(t) { start =>
+          val partial = lookup(row, start)
           agg.update(partial.buffer, row)
           // A row is counted (for late accounting) in its last window only: it is late iff
           // that window, the last of its windows to close, is closed.
@@ -198,10 +224,16 @@ case class KeyedPartialAggregateExec(
         (if (policyCols.eventTimes) Seq(ArrayType(LongType, containsNull = false)) else Nil) ++
         policyCols.source.map(_.dataType).toSeq
       val keyPart = new SpecificInternalRow(keyAttrs.map(_.dataType) ++ policyTypes ++ kept.map(_.dataType).toSeq)
-      partials.entrySet().iterator().asScala.map { e =>
-        val key = e.getKey
-        val p = e.getValue
-        meta.setLong(0, key.getLong(n))
+      // (key values, window start, partial) of every partial, from whichever map was used.
+      val entries: Iterator[(InternalRow, Long, Partial)] =
+        if (stringKeyOrdinal >= 0) {
+          byStringKey.entrySet().iterator().asScala.flatMap { e =>
+            val keyRow = InternalRow(e.getKey)
+            e.getValue.iterator.map { case (start, p) => (keyRow, start, p) }
+          }
+        } else partials.entrySet().iterator().asScala.map(e => (e.getKey, e.getKey.getLong(n), e.getValue))
+      entries.map { case (key, start, p) =>
+        meta.setLong(0, start)
         meta.setLong(1, p.rows)
         meta.setLong(2, p.maxEventTime)
         var i = 0
