@@ -45,6 +45,7 @@ class PolicyResult:
     late: Dict[Tuple[int, Hashable], int] = field(default_factory=dict)
     regressions: Dict[Hashable, int] = field(default_factory=dict)
     batches: int = 0  # micro-batches Spark runs (data batches plus a trailing no-data batch)
+    open_rows: int = 0  # rows in windows still open at the end
 
 
 def nearest_rank(values: Sequence[int], q: float) -> int:
@@ -140,6 +141,7 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
                 del open_windows[(key, start)]
         n += 1
     res.batches = n
+    res.open_rows = sum(len(v) for v in open_windows.values())
     return res
 
 

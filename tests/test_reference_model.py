@@ -326,6 +326,19 @@ def test_same_batch_rows_never_late_and_boundary_closes(spark, workdir):
 # --------------------------------------------------------------------------------------
 
 
+def assert_late_per_key(rows, model_late: Dict[Tuple[int, str], int]) -> Dict[str, int]:
+    """Per-key late counts of the report's 'late' rows equal the model's (batch, key) counts."""
+    late: Dict[str, int] = Counter()
+    for r in rows:
+        if r.kw_kind == "late":
+            late[r.device] += r.kw_late_rows
+    want: Dict[str, int] = Counter()
+    for (_, key), n in model_late.items():
+        want[key] += n
+    assert dict(late) == dict(want)
+    return dict(late)
+
+
 def per_row_gap(value) -> Optional[int]:
     """The per-row gap of the dynamic-gap session tests (micros): None or <= 0 is invalid."""
     if value is None:
@@ -369,14 +382,7 @@ def test_sessions_match_session_model(spark, tmp_path_factory, batches, lateness
     want = Counter((s.key, s.start, s.end, values([v for v in s.values if v is not None]), s.revision)
                    for s in model.emitted)
     assert got == want
-    late: Dict[str, int] = Counter()
-    for r in rows:
-        if r.kw_kind == "late":
-            late[r.device] += r.kw_late_rows
-    want_late: Dict[str, int] = Counter()
-    for (_, key), n in model.late.items():
-        want_late[key] += n
-    assert dict(late) == dict(want_late)
+    assert_late_per_key(rows, model.late)
     progress = query.recentProgress
     per_batch = {p.batchId: p.observedMetrics["keyed_watermarks_output"]["windows_emitted"] for p in progress}
     want_batch = Counter(s.batch for s in model.emitted)

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 import keyed_watermarks as kw
 from conftest import Replay, run_to_end
 from policy_model import Policy, run_policy_model
-from test_reference_model import spark_examples, ts
+from test_reference_model import assert_late_per_key, spark_examples, ts
 
 SECOND = 1_000_000
 WINDOW_S = 10
@@ -76,14 +76,7 @@ def check(rows, progress, model, batches) -> None:
     got = Counter((r.device, r.start, r.end, tuple(r.temps)) for r in rows if r.kw_kind == "window")
     want = Counter((k, s, e, vals) for k, s, e, _, vals in model.emitted)
     assert got == want
-    late: Dict[str, int] = Counter()
-    for r in rows:
-        if r.kw_kind == "late":
-            late[r.device] += r.kw_late_rows
-    want_late: Dict[str, int] = Counter()
-    for (_, key), n in model.late.items():
-        want_late[key] += n
-    assert dict(late) == dict(want_late)
+    late = assert_late_per_key(rows, model.late)
     regressions: Dict[str, int] = {}
     for r in rows:
         if r.kw_kind == "watermark":
@@ -95,8 +88,8 @@ def check(rows, progress, model, batches) -> None:
     want_per_batch = Counter(b for _, _, _, b, _ in model.emitted)
     assert {b: n for b, n in per_batch.items() if n} == dict(want_per_batch)
     # Accounting: emitted + still open + late = input (no invalid rows here).
-    open_rows = sum(len(b) for b in batches) - sum(r.n for r in rows if r.kw_kind == "window") - sum(late.values())
-    assert open_rows >= 0
+    emitted_rows = sum(r.n for r in rows if r.kw_kind == "window")
+    assert emitted_rows + model.open_rows + sum(late.values()) == sum(len(b) for b in batches)
 
 
 @spark_examples(4)
