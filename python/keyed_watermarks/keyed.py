@@ -276,9 +276,13 @@ class KeyedWatermark:
         of the micro-batch. The result has the columns of
         ``events.groupBy(*keys, F.session_window(ts, gap)).agg(...)``.
 
-        ``gap`` is a duration, or a Column of durations for a per-row gap (as
-        ``session_window`` allows); rows whose gap is null or not positive are invalid (Spark
-        drops them): counted as ``invalid_gap_rows`` and, with ``keep_late_rows``, returned.
+        ``gap`` is a duration, or a Column for a per-row gap of the types ``session_window``
+        accepts (strings such as ``"5 minutes"``, calendar intervals; anything else raises
+        before the query starts). Each row's session ends at ``ts + gap`` computed as Spark
+        does, so day and month gaps follow the session time zone's calendar. Rows whose
+        session would not end after they start (null, unparsable or non-positive gap) are
+        invalid (Spark drops them): counted as ``invalid_gap_rows`` and, with
+        ``keep_late_rows``, returned as ``'invalid_row'`` rows.
 
         ``allowed_lateness`` keeps a session that long after it fired: rows that still merge
         into it make it fire again, as the next ``revision``, when it is due.

@@ -8,7 +8,7 @@ import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
 
 import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
 import io.github.keyedwatermarks.emission.WindowEmitter
-import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, ProjectedInput}
+import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, ProjectedInput, SessionGap}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
 import io.github.keyedwatermarks.watermark._
 import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
@@ -200,23 +200,31 @@ final class KeyedWatermark private[keyedwatermarks] (
   def session(gap: String, allowedLateness: String): KeyedWindow = {
     val gapMicros = SparkInternals.durationMicros("gap", gap)
     if (gapMicros <= 0) throw new IllegalArgumentException(s"gap: must be positive, got '$gap'")
-    new KeyedWindow(this, F.session_window(input.eventTimeColumn, gap), SessionWindows(gapMicros),
+    // session_window adds days as calendar days in the session time zone (23 or 25 hours across
+    // a daylight-saving change): such a gap is computed per row, as Spark does.
+    if (SparkInternals.durationDays(gap) != 0) perRowGap(F.session_window(input.eventTimeColumn, gap), F.lit(gap),
+      allowedLateness)
+    else new KeyedWindow(this, F.session_window(input.eventTimeColumn, gap), SessionWindows(gapMicros),
       allowed(allowedLateness), None)
   }
 
   /**
    * Session windows with a per-row gap, as `session_window(ts, gapColumn)` allows: a column of
-   * durations (a string such as "5 minutes", a DAY TO SECOND or calendar interval). Rows whose
-   * gap is null or not positive are invalid (Spark's session_window drops them): counted as
-   * `invalid_gap_rows`, never aggregated.
+   * durations (a string such as "5 minutes" or a calendar interval); each row's session ends at
+   * `ts + gap`, computed as Spark computes it. Rows whose session would not end after they
+   * start (null, unparsable or non-positive gap) are invalid (Spark's session_window drops
+   * them): counted as `invalid_gap_rows`, never aggregated.
    */
   def session(gap: Column): KeyedWindow = session(gap, null)
 
   def session(gap: Column, allowedLateness: String): KeyedWindow = {
     if (gap == null) throw new IllegalArgumentException("gap: column is null")
-    val micros = DurationColumn.micros(input.events, gap, "gap")
-    new KeyedWindow(this, F.session_window(input.eventTimeColumn, gap), SessionWindows(0L, dynamicGap = true),
-      allowed(allowedLateness), Some(micros))
+    perRowGap(F.session_window(input.eventTimeColumn, gap), gap, allowedLateness)
+  }
+
+  private def perRowGap(windowColumn: Column, gap: Column, allowedLateness: String): KeyedWindow = {
+    val rowEnd = SessionGap.rowEndMicros(input.events, input.eventTimeColumn, gap)
+    new KeyedWindow(this, windowColumn, SessionWindows(0L, dynamicGap = true), allowed(allowedLateness), Some(rowEnd))
   }
 
   private def allowed(allowedLateness: String): Option[Long] = Option(allowedLateness).map { a =>
@@ -256,8 +264,8 @@ final class KeyedWindow private[keyedwatermarks] (
     windowColumn: Column,
     assigner: WindowAssigner,
     allowedLatenessMicros: Option[Long],
-    /** Sessions with a per-row gap: the gap in microseconds. */
-    gapMicros: Option[Column]) {
+    /** Sessions with a per-row gap: each row's session end in microseconds. */
+    rowSessionEnd: Option[Column]) {
 
   /**
    * Append-mode result with exactly the columns of
@@ -306,9 +314,9 @@ final class KeyedWindow private[keyedwatermarks] (
       watermark.latenessColumn.map(c => F.coalesce(c, F.lit(policy.latenessMicros))
         .as(PartialAggregation.Lateness)).toSeq ++
       watermark.sourceColumn.map(_.cast("string").as(PartialAggregation.Source)).toSeq ++
-      gapMicros.map(_.as(PartialAggregation.Gap)).toSeq
+      rowSessionEnd.map(_.as(PartialAggregation.RowSessionEnd)).toSeq
     val projected = ProjectedInput(input, aggregateInputs, keepLateRows, policyColumns,
-      watermark.sourceColumn.map(_.cast("string")), gapMicros)
+      watermark.sourceColumn.map(_.cast("string")), rowSessionEnd)
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(analyzed, SparkInternals.output(projected.frame))
     val resultSchema = reference.schema
     val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray,

@@ -42,8 +42,8 @@ object PartialAggregation {
   /** Optional input columns the partials carry (see input.ProjectedInput). */
   val Lateness = "kw_lateness_us"
   val Source = "kw_source"
-  /** Per-row session gap in microseconds (input), and a session partial's interval end (output). */
-  val Gap = "kw_gap_us"
+  /** A row's own session end, t + gap, in microseconds (input; per-row gaps), and a session partial's end (output). */
+  val RowSessionEnd = "kw_row_session_end_us"
   val SessionEnd = "kw_session_end"
 
   /**
@@ -71,7 +71,7 @@ object PartialAggregation {
     val keptOut = kept.map(a => AttributeReference(KeptRows, ArrayType(a.dataType, containsNull = false))()).toSeq
     val lateness = inputs.find(_.name == Lateness)
     val source = inputs.find(_.name == Source)
-    val gap = inputs.find(_.name == Gap)
+    val gap = inputs.find(_.name == RowSessionEnd)
     val policyOut = lateness.map(_ => AttributeReference(Lateness, LongType, nullable = false)()).toSeq ++
       gap.map(_ => AttributeReference(SessionEnd, LongType, nullable = false)()).toSeq ++
       (if (keepEventTimes) Seq(AttributeReference(EventTimes, ArrayType(LongType, containsNull = false), nullable = false)())
@@ -211,7 +211,7 @@ case class KeyedPartialAggregateExec(
             if (l > partial.maxLateness) partial.maxLateness = l
           }
           if (gapOrdinal >= 0) {
-            val end = t + row.getLong(gapOrdinal)
+            val end = row.getLong(gapOrdinal)
             if (end > partial.maxEnd) partial.maxEnd = end
           }
         }

@@ -5,11 +5,11 @@ import java.util.concurrent.TimeUnit
 import org.apache.spark.sql.{DataFrame, Row}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.encoders.ExpressionEncoder
-import org.apache.spark.sql.catalyst.expressions.Attribute
+import org.apache.spark.sql.catalyst.expressions.{Attribute, Cast}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.util.IntervalUtils
 import org.apache.spark.sql.classic
-import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.types.{CalendarIntervalType, DataType, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
 /**
@@ -47,6 +47,16 @@ private[keyedwatermarks] object SparkInternals {
     }
     IntervalUtils.getDuration(interval, TimeUnit.MICROSECONDS, 31)
   }
+
+  /** The days field of a duration string ("1 day 2 hours" -> 1), already validated by durationMicros. */
+  def durationDays(text: String): Int = IntervalUtils.stringToInterval(UTF8String.fromString(text)).days
+
+  /**
+   * Whether Spark's `session_window` accepts a gap of this type: it casts the gap to a calendar
+   * interval (strings and calendar intervals; not INTERVAL DAY TO SECOND, not numbers).
+   */
+  def castsToCalendarInterval(dataType: DataType): Boolean =
+    dataType == CalendarIntervalType || Cast.canCast(dataType, CalendarIntervalType)
 
   /** Row <-> InternalRow converters, created lazily on executors (they hold generated code). */
   final class RowConverter(schema: StructType) extends Serializable {

@@ -78,7 +78,7 @@ object ProjectedInput {
       keepRows: Boolean,
       policyColumns: Seq[Column] = Nil,
       source: Option[Column] = None,
-      gapMicros: Option[Column] = None): ProjectedInput = {
+      rowSessionEnd: Option[Column] = None): ProjectedInput = {
     val keyColumns = plan.keyColumns.zipWithIndex.map { case (c, i) => c.as(keyColumnName(i)) }
     val original =
       if (keepRows) Seq(F.struct(plan.events.columns.toSeq.map(column(plan, _)): _*).as(OriginalRow)) else Nil
@@ -87,14 +87,14 @@ object ProjectedInput {
     val anyKeyNull = plan.keyColumns.map(_.isNull).reduce(_ || _)
     val eventTimeNull = plan.eventTimeColumn.isNull
     val sourceNull = source.map(_.isNull).getOrElse(F.lit(false))
-    // Spark's session_window drops rows whose gap is null or not positive: ours are invalid.
-    val badGap = gapMicros.map(g => g.isNull || g <= 0).getOrElse(F.lit(false))
+    // Spark's session_window drops rows whose session would not end after they start: ours are invalid.
+    val badGap = rowSessionEnd.map(SessionGap.invalid(_, plan.eventTimeColumn)).getOrElse(F.lit(false))
     val metrics = Seq(
       F.count(F.lit(1)).as("input_rows"),
       F.count(F.when(anyKeyNull, 1)).as("null_key_rows"),
       F.count(F.when(!anyKeyNull && eventTimeNull, 1)).as("null_event_time_rows")) ++
       source.map(_ => F.count(F.when(!anyKeyNull && !eventTimeNull && sourceNull, 1)).as("null_source_rows")).toSeq ++
-      gapMicros.map(_ => F.count(F.when(!anyKeyNull && !eventTimeNull && !sourceNull && badGap, 1))
+      rowSessionEnd.map(_ => F.count(F.when(!anyKeyNull && !eventTimeNull && !sourceNull && badGap, 1))
         .as("invalid_gap_rows")).toSeq
     val projected = plan.events
       .observe(InputPlan.InputMetrics, metrics.head, metrics.tail: _*)

@@ -56,7 +56,8 @@ final case class SlidingWindows(sizeMicros: Long, slideMicros: Long) extends Win
  * Session windows: each row opens [t, t + gap); sessions of a key whose intervals touch (next
  * start <= current end, as Spark's session_window merges) are merged, across micro-batches, by
  * the operator. Here a row's only "window" is its own interval. With `dynamicGap` the gap is
- * a per-row expression and each partial carries its interval's end (`gapMicros` is unused).
+ * a per-row expression and each partial carries its end, t + gap computed by Catalyst
+ * (`gapMicros` is unused).
  */
 final case class SessionWindows(gapMicros: Long, dynamicGap: Boolean = false) extends WindowAssigner {
   require(dynamicGap || gapMicros > 0, s"session gap must be positive, got $gapMicros microseconds")
