@@ -229,6 +229,9 @@ class Run:
     state_custom: Dict[str, float] = field(default_factory=dict)
     # (batchId, start ms, end ms, input rows) per micro-batch, from the query's progress
     batch_times: List[List[int]] = field(default_factory=list)
+    # CPU time (user + system) of the driver JVM during the run (local mode: the tasks too;
+    # not the Python workers): less sensitive than wall time to other load on the machine
+    jvm_cpu_s: Optional[float] = None
 
 
 def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> Run:
@@ -238,11 +241,14 @@ def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> R
     writer = (writer_for(method, events).option("checkpointLocation", str(ckpt))
               .trigger(availableNow=True))
     spark.sparkContext._jvm.System.gc()
+    pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
     with HeapSampler(spark) as heap:
+        cpu0 = process_cpu_s(pid)
         t0 = time.perf_counter()
         query = writer.start()
         query.awaitTermination()
         wall = time.perf_counter() - t0
+        cpu1 = process_cpu_s(pid)
     exc = query.exception()
     if exc is not None:
         raise RuntimeError(f"{method}: query failed: {exc}")
@@ -262,7 +268,17 @@ def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> R
                 custom[k] = custom.get(k, 0) + v
     shutil.rmtree(ckpt, ignore_errors=True)
     return Run(wall, rows, len(progress), output_rows, heap.peak, state_rows, state_mem, custom,
-               batch_times(progress))
+               batch_times(progress),
+               cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
+
+
+def process_cpu_s(pid: int) -> Optional[float]:
+    """utime + stime of a process from /proc (Linux; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def batch_times(progress: List[dict]) -> List[List[int]]:
@@ -419,6 +435,11 @@ def fmt_bytes(n: Optional[float]) -> str:
     return f"{n / 2**20:,.1f}"
 
 
+def _cpu(runs: List[Run]) -> str:
+    cpu = [x.jvm_cpu_s for x in runs if x.jvm_cpu_s is not None]
+    return f"{statistics.median(cpu):.1f}" if cpu else "–"
+
+
 def _pair(e: Optional[Dict[str, float]], name: str, fmt: str) -> str:
     if not e or f"{name}_p50" not in e:
         return "–"
@@ -429,10 +450,10 @@ def markdown(results: List[Result], header: List[str], notes: List[str]) -> str:
     lines = list(header)
     lines += [
         "| config | method | rows | batches | timed runs | warm-up s | median s | min–max s "
-        "| rows/s | vs native | peak heap MiB | state rows | RocksDB mem MiB | state SST KiB "
+        "| rows/s | vs native | JVM CPU s | peak heap MiB | state rows | RocksDB mem MiB | state SST KiB "
         "| open (key, window) | SST B / open window | windows out "
         "| emit delay batches p50 / p95 | emit delay ms p50 / p95 | closing batch → out ms p50 / p95 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
         "|---:|---:|---:|",
     ]
     native = {r.config: r.median for r in results if r.method == "native"}
@@ -447,7 +468,7 @@ def markdown(results: List[Result], header: List[str], notes: List[str]) -> str:
         lines.append(
             f"| {r.config} | {r.method} | {r.total_rows:,} | {last.batches} | {len(r.runs)} "
             f"| {r.warmup.wall_s:.2f} | {r.median:.2f} | {min(walls):.2f}–{max(walls):.2f} "
-            f"| {r.total_rows / r.median:,.0f} | {ratio_s} "
+            f"| {r.total_rows / r.median:,.0f} | {ratio_s} | {_cpu(r.runs)} "
             f"| {max(x.peak_heap_bytes for x in r.runs) / 2**20:,.0f} "
             f"| {last.state_rows if last.state_rows is not None else '–'} "
             f"| {fmt_bytes(last.state_memory_bytes)} | {sst_s} "
@@ -672,7 +693,10 @@ def main(argv: List[str]) -> int:
     ]
     notes = [
         "Columns: *rows/s* = rows / median wall time (query start to termination); *vs native* = "
-        "native median / this median (higher is faster); *peak heap* = max driver-JVM used heap "
+        "native median / this median (higher is faster); *JVM CPU s* = median CPU time (user + "
+        "system, from /proc) of the driver JVM during a run, which in local mode runs the tasks "
+        "too (Python workers not included), less sensitive than wall time to other load on a "
+        "shared machine; *peak heap* = max driver-JVM used heap "
         "sampled every 0.1 s (Python workers not included); *state rows* = "
         "`numRowsTotal` summed over the state operators of the last batch with state (native: one "
         "row per open (key, window); ours and Python: one per key, holding its open windows); "
