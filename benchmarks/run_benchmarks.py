@@ -111,7 +111,7 @@ def generate(cfg: Config, input_dir: Path) -> Dict[str, float]:
     rng = np.random.default_rng(cfg.seed)
     input_dir.mkdir(parents=True, exist_ok=True)
     names = np.array([f"device-{i:07d}" for i in range(cfg.keys)], dtype=object)
-    all_dev, all_ts = [], []
+    all_dev, all_ts, all_batch = [], [], []
     for b in range(cfg.batches):
         n = cfg.rows_per_batch
         i = np.arange(b * n, (b + 1) * n, dtype=np.int64)
@@ -130,6 +130,7 @@ def generate(cfg: Config, input_dir: Path) -> Dict[str, float]:
         os.utime(path, (1_000_000 + b, 1_000_000 + b))  # the file source orders by mtime
         all_dev.append(dev)
         all_ts.append(ts)
+        all_batch.append(np.full(n, b, dtype=np.int32))
     dev = np.concatenate(all_dev)
     ts = np.concatenate(all_ts)
     start = ts - np.mod(ts, WINDOW_US)
@@ -141,7 +142,9 @@ def generate(cfg: Config, input_dir: Path) -> Dict[str, float]:
     # Native: Spark keeps the (key, window) groups whose end > global max - L.
     open_native = _distinct_pairs(dev, start, start + WINDOW_US > ts.max() - LATENESS_US)
     return {"open_keyed": open_keyed, "open_native": open_native,
-            "keys_seen": int(len(np.unique(dev)))}
+            "keys_seen": int(len(np.unique(dev))),
+            # for closing_file(): device index, event time, file (= data micro-batch) per row
+            "rows": (dev, ts, np.concatenate(all_batch))}
 
 
 def _distinct_pairs(dev: np.ndarray, start: np.ndarray, mask: np.ndarray) -> int:
@@ -158,18 +161,22 @@ def aggregates():
     return [F.count("*").alias("n"), F.avg("temp").alias("avg_temp")]
 
 
-def writer_for(method: str, events: DataFrame) -> DataStreamWriter:
+def result_frame(method: str, events: DataFrame) -> DataFrame:
+    """The streaming result of a stateful method: device, window, n, avg_temp (append mode)."""
     if method == "native":
-        out = (events.withWatermark("ts", LATENESS)
-               .groupBy("device", F.window("ts", WINDOW)).agg(*aggregates()))
-        return out.writeStream.format("noop").outputMode("append")
+        return (events.withWatermark("ts", LATENESS)
+                .groupBy("device", F.window("ts", WINDOW)).agg(*aggregates()))
     if method == "keyed":
-        out = (kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS)
-               .window(WINDOW).agg(*aggregates()))
-        return out.writeStream.format("noop").outputMode("append")
+        return (kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS)
+                .window(WINDOW).agg(*aggregates()))
     if method == "python":
-        out = python_keyed_windows(events, LATENESS_US, WINDOW_US)
-        return out.writeStream.format("noop").outputMode("append")
+        return python_keyed_windows(events, LATENESS_US, WINDOW_US)
+    raise ValueError(method)
+
+
+def writer_for(method: str, events: DataFrame) -> DataStreamWriter:
+    if method in ("native", "keyed", "python"):
+        return result_frame(method, events).writeStream.format("noop").outputMode("append")
     if method == "stateless":
         def per_batch(batch: DataFrame, batch_id: int) -> None:
             (batch.groupBy("device", F.window("ts", WINDOW)).agg(*aggregates())
@@ -220,6 +227,11 @@ class Run:
     state_rows: Optional[int]
     state_memory_bytes: Optional[int]
     state_custom: Dict[str, float] = field(default_factory=dict)
+    # (batchId, start ms, end ms, input rows) per micro-batch, from the query's progress
+    batch_times: List[List[int]] = field(default_factory=list)
+    # CPU time (user + system) of the driver JVM during the run (local mode: the tasks too;
+    # not the Python workers): less sensitive than wall time to other load on the machine
+    jvm_cpu_s: Optional[float] = None
 
 
 def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> Run:
@@ -229,11 +241,14 @@ def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> R
     writer = (writer_for(method, events).option("checkpointLocation", str(ckpt))
               .trigger(availableNow=True))
     spark.sparkContext._jvm.System.gc()
+    pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
     with HeapSampler(spark) as heap:
+        cpu0 = process_cpu_s(pid)
         t0 = time.perf_counter()
         query = writer.start()
         query.awaitTermination()
         wall = time.perf_counter() - t0
+        cpu1 = process_cpu_s(pid)
     exc = query.exception()
     if exc is not None:
         raise RuntimeError(f"{method}: query failed: {exc}")
@@ -252,7 +267,118 @@ def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> R
             for k, v in (op.get("customMetrics") or {}).items():
                 custom[k] = custom.get(k, 0) + v
     shutil.rmtree(ckpt, ignore_errors=True)
-    return Run(wall, rows, len(progress), output_rows, heap.peak, state_rows, state_mem, custom)
+    return Run(wall, rows, len(progress), output_rows, heap.peak, state_rows, state_mem, custom,
+               batch_times(progress),
+               cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
+
+
+def process_cpu_s(pid: int) -> Optional[float]:
+    """utime + stime of a process from /proc (Linux; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def batch_times(progress: List[dict]) -> List[List[int]]:
+    out = []
+    for p in progress:
+        start = datetime.datetime.strptime(p["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+            tzinfo=datetime.timezone.utc)
+        start_ms = int(start.timestamp() * 1000)
+        out.append([p["batchId"], start_ms, start_ms + p["durationMs"]["triggerExecution"],
+                    p["numInputRows"]])
+    return out
+
+
+# ----------------------------------------------------------------------------- emission delay
+
+
+def emission_run(spark: SparkSession, method: str, input_dir: Path, work: Path):
+    """One untimed run whose foreachBatch sink records, per emitted window, the micro-batch that
+    emitted it. Returns (device index, window start micros, emitting batch id) arrays and the
+    run's per-batch timings."""
+    ckpt = Path(tempfile.mkdtemp(prefix=f"ckpt-emit-{method}-", dir=work))
+    events = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+              .parquet(str(input_dir)))
+    tables: List[pa.Table] = []
+
+    def record(batch: DataFrame, batch_id: int) -> None:
+        t = (batch.select(F.col("device"), F.unix_micros(F.col("window.start")).alias("start"))
+             .toArrow())
+        if t.num_rows:
+            tables.append(t.append_column("batch_id", pa.array(np.full(t.num_rows, batch_id))))
+
+    query = (result_frame(method, events).writeStream.foreachBatch(record)
+             .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"{method}: emission run failed: {query.exception()}")
+    times = batch_times(query.recentProgress)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    if not tables:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), times
+    t = pa.concat_tables(tables)
+    dev = np.array([int(d.rsplit("-", 1)[1]) for d in t.column("device").to_pylist()], np.int64)
+    return (dev, t.column("start").to_numpy().astype(np.int64),
+            t.column("batch_id").to_numpy().astype(np.int64), times)
+
+
+def closing_file(method: str, rows, keys: int, dev: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per window (dev, start): the input file (= data micro-batch, in order) whose rows move the
+    method's watermark to or past the window's end (-1: never). Ours and the Python competitor:
+    the key's watermark, max event time of the key - lateness; native: Spark's global one,
+    max event time of all rows - lateness."""
+    all_dev, all_ts, all_file = rows
+    end = start + WINDOW_US
+    files = int(all_file.max()) + 1
+    bounds = np.searchsorted(all_file, np.arange(files + 1))  # rows are in file order
+    out = np.full(len(start), -1, np.int64)
+    if method == "native":
+        wm = np.maximum.accumulate(
+            np.array([all_ts[bounds[b]:bounds[b + 1]].max() for b in range(files)])) - LATENESS_US
+        first = np.searchsorted(wm, end, side="left")  # first file with wm >= end
+        out = np.where(first < files, first, -1)
+        return out
+    key_max = np.full(keys, np.iinfo(np.int64).min // 2)
+    for b in range(files):
+        sl = slice(bounds[b], bounds[b + 1])
+        np.maximum.at(key_max, all_dev[sl], all_ts[sl])
+        out[(out < 0) & (key_max[dev] - LATENESS_US >= end)] = b
+    return out
+
+
+def emission_delay(method: str, emitted, rows, keys: int, timed: Optional["Run"]) -> Dict[str, float]:
+    """Per emitted window: micro-batches and processing time between the batch whose rows close
+    it (move the watermark past its end) and the batch that emits it. Batch ids come from the
+    recording run; times from `timed` (a timed noop run, same batch ids) when its batches line
+    up, else from the recording run itself."""
+    dev, start, emit_batch, rec_times = emitted
+    if len(dev) == 0:
+        return {}
+    times = timed.batch_times if timed and len(timed.batch_times) == len(rec_times) else rec_times
+    by_id = {b[0]: b for b in times}
+    data_batches = [b[0] for b in times if b[3] > 0]  # file i is the i-th data batch
+    close = closing_file(method, rows, keys, dev, start)
+    known = close >= 0
+    close_batch = np.array([data_batches[f] if f >= 0 else -1 for f in close], np.int64)
+    delay = emit_batch[known] - close_batch[known]
+    end_ms = np.array([by_id[b][2] for b in emit_batch[known]], np.float64)
+    close_end = np.array([by_id[b][2] for b in close_batch[known]], np.float64)
+    close_start = np.array([by_id[b][1] for b in close_batch[known]], np.float64)
+
+    def pct(x, q):
+        return float(np.percentile(x, q, method="inverted_cdf")) if len(x) else float("nan")
+    return {
+        "windows": int(len(dev)), "unmatched": int((~known).sum()),
+        "negative": int((delay < 0).sum()),
+        "batches_p50": pct(delay, 50), "batches_p95": pct(delay, 95), "batches_max": float(delay.max()),
+        "ms_p50": pct(end_ms - close_end, 50), "ms_p95": pct(end_ms - close_end, 95),
+        "close_to_out_ms_p50": pct(end_ms - close_start, 50),
+        "close_to_out_ms_p95": pct(end_ms - close_start, 95),
+        "times_from": "timed run" if times is not rec_times else "recording run",
+    }
 
 
 # ----------------------------------------------------------------------------- check
@@ -296,6 +422,7 @@ class Result:
     warmup: Optional[Run]
     runs: List[Run]
     open_windows: Optional[int]
+    emission: Optional[Dict[str, float]] = None
 
     @property
     def median(self) -> float:
@@ -308,13 +435,26 @@ def fmt_bytes(n: Optional[float]) -> str:
     return f"{n / 2**20:,.1f}"
 
 
+def _cpu(runs: List[Run]) -> str:
+    cpu = [x.jvm_cpu_s for x in runs if x.jvm_cpu_s is not None]
+    return f"{statistics.median(cpu):.1f}" if cpu else "–"
+
+
+def _pair(e: Optional[Dict[str, float]], name: str, fmt: str) -> str:
+    if not e or f"{name}_p50" not in e:
+        return "–"
+    return f"{format(e[name + '_p50'], fmt)} / {format(e[name + '_p95'], fmt)}"
+
+
 def markdown(results: List[Result], header: List[str], notes: List[str]) -> str:
     lines = list(header)
     lines += [
         "| config | method | rows | batches | timed runs | warm-up s | median s | min–max s "
-        "| rows/s | vs native | peak heap MiB | state rows | RocksDB mem MiB | state SST KiB "
-        "| open (key, window) | SST B / open window | windows out |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| rows/s | vs native | JVM CPU s | peak heap MiB | state rows | RocksDB mem MiB | state SST KiB "
+        "| open (key, window) | SST B / open window | windows out "
+        "| emit delay batches p50 / p95 | emit delay ms p50 / p95 | closing batch → out ms p50 / p95 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+        "|---:|---:|---:|",
     ]
     native = {r.config: r.median for r in results if r.method == "native"}
     for r in results:
@@ -328,16 +468,42 @@ def markdown(results: List[Result], header: List[str], notes: List[str]) -> str:
         lines.append(
             f"| {r.config} | {r.method} | {r.total_rows:,} | {last.batches} | {len(r.runs)} "
             f"| {r.warmup.wall_s:.2f} | {r.median:.2f} | {min(walls):.2f}–{max(walls):.2f} "
-            f"| {r.total_rows / r.median:,.0f} | {ratio_s} "
+            f"| {r.total_rows / r.median:,.0f} | {ratio_s} | {_cpu(r.runs)} "
             f"| {max(x.peak_heap_bytes for x in r.runs) / 2**20:,.0f} "
             f"| {last.state_rows if last.state_rows is not None else '–'} "
             f"| {fmt_bytes(last.state_memory_bytes)} | {sst_s} "
             f"| {r.open_windows if r.open_windows is not None else '–'} | {per_window} "
-            f"| {last.output_rows if last.output_rows is not None else '–'} |"
+            f"| {last.output_rows if last.output_rows is not None else '–'} "
+            f"| {_pair(r.emission, 'batches', '.0f')} | {_pair(r.emission, 'ms', ',.0f')} "
+            f"| {_pair(r.emission, 'close_to_out_ms', ',.0f')} |"
             if r.warmup else "")
     lines.append("")
     lines += notes
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- profiling
+
+
+def start_recording(spark: SparkSession, out_dir: Path, config: str, method: str):
+    """Starts a Java Flight Recording (JDK 'profile' settings: execution samples every 10 ms,
+    allocation, GC) in the driver JVM, which in local mode runs the executors too."""
+    jvm = spark.sparkContext._jvm
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = f"{config.replace('/', '_').replace(' ', '_')}__{method}.jfr"
+    path = (out_dir / name).resolve()
+    rec = jvm.jdk.jfr.Recording(jvm.jdk.jfr.Configuration.getConfiguration("profile"))
+    rec.setName(name)
+    rec.setDestination(jvm.java.io.File(str(path)).toPath())
+    rec.start()
+    return rec, path
+
+
+def stop_recording(recording) -> Path:
+    rec, path = recording
+    rec.stop()  # writes the destination file
+    rec.close()
+    return path
 
 
 # ----------------------------------------------------------------------------- main
@@ -364,6 +530,17 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
                    help="enable RocksDB changelog checkpointing (Spark's default, off, otherwise)")
     p.add_argument("--work-dir", default=None, help="data and checkpoints (default: a temp dir, removed)")
     p.add_argument("--no-check", action="store_true", help="skip the competitor-vs-ours output check")
+    p.add_argument("--no-emission-delay", action="store_true",
+                   help="skip the extra (untimed) run per stateful method that records which "
+                        "micro-batch emits each window (emission-delay columns)")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="record the timed runs of each (configuration, method) with Java Flight "
+                        "Recorder (driver JVM, settings=profile) into DIR/<config>__<method>.jfr; "
+                        "timed runs then go method by method instead of round-robin. Summarise "
+                        "with benchmarks/jfr_summary.py")
+    p.add_argument("--jar", default=None,
+                   help="use this keyed-watermarks jar instead of the bundled one (A/B a core "
+                        "change without reinstalling)")
     p.add_argument("--out", default=None, help="markdown output (default results/latest.md, "
                                                "results/quick.md with --quick)")
     args = p.parse_args(argv)
@@ -372,7 +549,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     return args
 
 
-def build_session(driver_memory: str, changelog: bool) -> SparkSession:
+def build_session(driver_memory: str, changelog: bool, profile: bool = False,
+                  jar: Optional[str] = None) -> SparkSession:
     # Python workers (the competitor) must run this interpreter (pandas, numpy, pyarrow).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # pyspark 4.3 warns about pandas >= 3 in every worker; keep the log readable.
@@ -391,6 +569,12 @@ def build_session(driver_memory: str, changelog: bool) -> SparkSession:
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
                 "true" if changelog else "false")
     )
+    if profile:  # deep stacks: Spark's task stacks exceed JFR's default depth of 64
+        builder = builder.config("spark.driver.extraJavaOptions",
+                                 "-XX:FlightRecorderOptions:stackdepth=1024")
+    if jar:
+        import keyed_watermarks._jvm as kwjvm
+        kwjvm.jar_path = lambda: str(Path(jar).resolve())
     spark = kw.configure(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     # The competitor's function is pickled by reference: ship its module to the Python workers.
@@ -417,7 +601,8 @@ def main(argv: List[str]) -> int:
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="kw-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    spark = build_session(args.driver_memory, args.changelog_checkpointing)
+    spark = build_session(args.driver_memory, args.changelog_checkpointing,
+                          profile=bool(args.profile), jar=args.jar)
     check_note = None
     skipped: List[str] = []
     results: List[Result] = []
@@ -446,15 +631,33 @@ def main(argv: List[str]) -> int:
                                 "python": info["open_keyed"]}.get(m)
                 per_method[m] = Result(cfg.name, m, cfg.total_rows, w, [], open_windows)
                 log(f"{cfg.name} {m}: warm-up {w.wall_s:.2f}s")
-            # Timed runs, round-robin over the methods so machine noise hits them alike.
-            for i in range(args.runs):
+            # Timed runs, round-robin over the methods so machine noise hits them alike (with
+            # --profile: method by method, one flight recording per method).
+            order = [(i, m) for i in range(args.runs) for m in cfg_methods]
+            if args.profile:
+                order.sort(key=lambda im: cfg_methods.index(im[1]))
+            recording = None
+            for i, m in order:
+                r = per_method[m]
+                if i > 0 and r.warmup.wall_s > args.slow_seconds:
+                    continue
+                if args.profile and recording is None:
+                    recording = start_recording(spark, Path(args.profile), cfg.name, m)
+                run = run_once(spark, m, input_dir, work)
+                r.runs.append(run)
+                log(f"{cfg.name} {m}: run {i + 1}: {run.wall_s:.2f}s")
+                if recording is not None and (i, m) == [x for x in order if x[1] == m][-1]:
+                    log(f"{cfg.name} {m}: flight recording {stop_recording(recording)}")
+                    recording = None
+            if not args.no_emission_delay:
                 for m in cfg_methods:
-                    r = per_method[m]
-                    if i > 0 and r.warmup.wall_s > args.slow_seconds:
+                    if m == "stateless":
                         continue
-                    run = run_once(spark, m, input_dir, work)
-                    r.runs.append(run)
-                    log(f"{cfg.name} {m}: run {i + 1}: {run.wall_s:.2f}s")
+                    r = per_method[m]
+                    emitted = emission_run(spark, m, input_dir, work)
+                    timed = sorted(r.runs, key=lambda x: x.wall_s)[(len(r.runs) - 1) // 2]
+                    r.emission = emission_delay(m, emitted, info["rows"], cfg.keys, timed)
+                    log(f"{cfg.name} {m}: emission delay {r.emission}")
             results.extend(per_method[m] for m in cfg_methods)
             shutil.rmtree(input_dir, ignore_errors=True)
     finally:
@@ -490,7 +693,10 @@ def main(argv: List[str]) -> int:
     ]
     notes = [
         "Columns: *rows/s* = rows / median wall time (query start to termination); *vs native* = "
-        "native median / this median (higher is faster); *peak heap* = max driver-JVM used heap "
+        "native median / this median (higher is faster); *JVM CPU s* = median CPU time (user + "
+        "system, from /proc) of the driver JVM during a run, which in local mode runs the tasks "
+        "too (Python workers not included), less sensitive than wall time to other load on a "
+        "shared machine; *peak heap* = max driver-JVM used heap "
         "sampled every 0.1 s (Python workers not included); *state rows* = "
         "`numRowsTotal` summed over the state operators of the last batch with state (native: one "
         "row per open (key, window); ours and Python: one per key, holding its open windows); "
@@ -501,7 +707,14 @@ def main(argv: List[str]) -> int:
         "checkpointing); *open (key, window)* = windows still in state at the end, computed from "
         "the data under each method's semantics (Python keeps them inside one JSON value per "
         "key); *SST B / open window* = state SST / open (key, window), per-key rows included; "
-        "*windows out* = sum of `sink.numOutputRows` (noop sink).",
+        "*windows out* = sum of `sink.numOutputRows` (noop sink); *emit delay* (from one extra, "
+        "untimed run per method whose foreachBatch sink records which micro-batch emits each "
+        "window): per emitted window, micro-batches between the batch whose rows move the "
+        "method's watermark to or past the window's end (ours and Python: the key's watermark; "
+        "native: Spark's global one) and the batch that emits it; *emit delay ms* = end of the "
+        "emitting batch - end of that closing batch, *closing batch → out ms* = end of the "
+        "emitting batch - start of the closing batch (both with the batch times of the median "
+        "timed run, whose batch ids are the same).",
     ]
     if check_note:
         notes += ["", f"Check: {check_note} (first configuration, before timing)."]
@@ -514,7 +727,7 @@ def main(argv: List[str]) -> int:
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text(report)
     raw = [{"config": r.config, "method": r.method, "total_rows": r.total_rows,
-            "open_windows": r.open_windows, "warmup": asdict(r.warmup),
+            "open_windows": r.open_windows, "emission": r.emission, "warmup": asdict(r.warmup),
             "runs": [asdict(x) for x in r.runs]} for r in results]
     out_md.with_suffix(".json").write_text(json.dumps({"command": command, "results": raw}, indent=1))
     log(f"wrote {out_md} and {out_md.with_suffix('.json')} ({elapsed / 60:.1f} min)")
