@@ -269,8 +269,9 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     val idle = policy.idleTimeoutMillis.exists(t => update.record.lastArrivalMs != KeyWatermark.NoArrival &&
       now - update.record.lastArrivalMs >= t)
     if (idle && !policy.advanceWhenIdle) {
-      val out = batch.windows.values.toSeq.sortBy(_.start).filter(_.revisions == 0).map { w =>
-        plan.emitter.window(agg.result(windowGroup(keyValues, w.start, w.end), w.buffer), 0, update.atStart)
+      // Unfired windows, and sessions that changed since they fired (their next revision).
+      val out = batch.windows.values.toSeq.sortBy(_.start).filter(w => w.revisions == 0 || w.dirty).map { w =>
+        plan.emitter.window(agg.result(windowGroup(keyValues, w.start, w.end), w.buffer), w.revisions, update.atStart)
       }
       state.clear()
       getHandle.listTimers().foreach(t => getHandle.deleteTimer(t))
