@@ -614,7 +614,7 @@ def main(argv: List[str]) -> int:
             log(f"{cfg.name}: generated {cfg.batches} x {cfg.rows_per_batch:,} rows, "
                 f"{info['keys_seen']:,} keys seen, in {time.perf_counter() - t:.1f}s")
             if ci == 0 and not args.no_check and {"keyed", "python"} <= set(methods) \
-                    and cfg.total_rows <= 300_000:
+                    and cfg.total_rows <= 300_000 and cfg.keys <= args.python_max_keys:
                 check_note = check_competitor(spark, input_dir, work)
                 log(check_note)
             per_method: Dict[str, Result] = {}
