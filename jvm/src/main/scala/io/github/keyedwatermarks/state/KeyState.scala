@@ -37,21 +37,24 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, 
     handle.getMapState("source_watermarks", Encoders.STRING, Encoders.row(SourceSchema), TTLConfig.NONE))
 
   /** The key's watermark record and its open windows (rows of [[windowSchema]]). */
-  def load(): (KeyWatermarkState, Seq[Row]) =
-    if (keyState.exists()) {
-      val r = keyState.get()
+  def load(): (KeyWatermarkState, Seq[Row]) = {
+    // One read: Spark's exists() is itself a get() (and a decode), so test get() for null.
+    val r = keyState.get()
+    if (r != null) {
       (new KeyWatermarkState(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
         r.getLong(6)), r.getSeq[Row](7))
     } else (KeyWatermark.fresh(policy.latenessMicros), Nil)
+  }
 
   def store(s: KeyWatermarkState, windows: Seq[Row]): Unit =
     keyState.update(Row(s.maxEventTime, s.watermark, s.arrivalWatermark, s.lastArrivalMs, s.latenessMicros,
       s.lateRows, s.regressions, windows))
 
-  def loadSketch(relativeError: Double): QuantileSketch = sketchState match {
-    case Some(v) if v.exists() => QuantileSketch.fromRow(v.get(), relativeError)
-    case _ => QuantileSketch.empty(relativeError)
-  }
+  def loadSketch(relativeError: Double): QuantileSketch =
+    sketchState.flatMap(v => Option(v.get())) match {
+      case Some(row) => QuantileSketch.fromRow(row, relativeError)
+      case None => QuantileSketch.empty(relativeError)
+    }
 
   def storeSketch(sketch: QuantileSketch): Unit = sketchState.foreach(_.update(sketch.toRow))
 
