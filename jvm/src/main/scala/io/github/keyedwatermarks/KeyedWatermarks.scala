@@ -8,7 +8,7 @@ import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
 
 import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
 import io.github.keyedwatermarks.emission.WindowEmitter
-import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, ProjectedInput, SessionGap}
+import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
 import io.github.keyedwatermarks.watermark._
 import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
@@ -321,8 +321,11 @@ final class KeyedWindow private[keyedwatermarks] (
     val resultSchema = reference.schema
     val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray,
       if (keepLateRows) Some(input.events.schema) else None, withRevision = allowedLatenessMicros.isDefined)
-    val partials = PartialAggregation(projected.frame, input.keys.size, assigner, aggregation, keepLateRows,
-      keepEventTimes = policy.lateness.isInstanceOf[AdaptiveLateness])
+    val partials = InvalidRows.observe(
+      PartialAggregation(projected.frame, input.keys.size, assigner, aggregation, keepLateRows,
+        keepEventTimes = policy.lateness.isInstanceOf[AdaptiveLateness]),
+      PartialAggregation.WindowStart, PartialAggregation.Rows,
+      withSource = watermark.sourceColumn.isDefined, withGap = rowSessionEnd.isDefined)
     val plan = OperatorPlan(
       keySchema = projected.keySchema,
       partialSchema = partials.schema,

@@ -15,6 +15,7 @@ import org.apache.spark.sql.catalyst.util.{ArrayData, GenericArrayData}
 import org.apache.spark.sql.types.{ArrayType, LongType, StringType, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
+import io.github.keyedwatermarks.input.{InvalidRows, ProjectedInput}
 import io.github.keyedwatermarks.window.WindowAssigner
 
 /**
@@ -32,6 +33,10 @@ import io.github.keyedwatermarks.window.WindowAssigner
  * time, for adaptive lateness; `kw_source`: the source, part of the grouping for min of
  * inputs), then the kept rows. `kw_rows` counts the rows whose *last* window is this one, so
  * that with sliding windows a row counts as late only when all its windows are closed.
+ *
+ * Invalid input rows (a non-zero `kw_invalid_code`) are skipped and counted: per partition and
+ * reason, one sentinel partial (window start `InvalidRows.sentinelStart(reason)`, the count in
+ * `kw_rows`, the key of the first such row) that `InvalidRows.observe` counts and then drops.
  */
 object PartialAggregation {
   val WindowStart = "kw_window_start"
@@ -155,6 +160,10 @@ case class KeyedPartialAggregateExec(
       val latenessOrdinal = policyCols.lateness.map(l => in.indexWhere(_.exprId == l.exprId)).getOrElse(-1)
       val gapOrdinal = policyCols.gap.map(g => in.indexWhere(_.exprId == g.exprId)).getOrElse(-1)
       val tsOrdinal = in.indexWhere(_.exprId == ts.exprId)
+      val invalidOrdinal = in.indexWhere(_.name == ProjectedInput.InvalidReasonCode)
+      // Per reason: how many invalid rows, and the first one (its key labels the sentinel).
+      val invalidCounts = new Array[Long](InvalidRows.Reasons.max + 1)
+      val invalidFirst = new Array[InternalRow](InvalidRows.Reasons.max + 1)
       val keptOrdinal = kept.map(k => in.indexWhere(_.exprId == k.exprId)).getOrElse(-1)
       val keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0)
       val partials = new JLinkedHashMap[UnsafeRow, Partial]()
@@ -191,6 +200,11 @@ case class KeyedPartialAggregateExec(
         }
       while (rows.hasNext) {
         val row0 = reorder(rows.next())
+        val invalid = if (invalidOrdinal >= 0) row0.getInt(invalidOrdinal) else InvalidRows.Valid
+        if (invalid != InvalidRows.Valid) {
+          if (invalidCounts(invalid) == 0) invalidFirst(invalid) = row0.copy()
+          invalidCounts(invalid) += 1
+        } else {
         val row = if (agg.retainsInputReferences) row0.copy() else row0
         val t = row.getLong(tsOrdinal)
         var last = true
@@ -215,6 +229,7 @@ case class KeyedPartialAggregateExec(
             if (end > partial.maxEnd) partial.maxEnd = end
           }
         }
+        }
       }
       val n = keyAttrs.size
       val project = UnsafeProjection.create(
@@ -232,7 +247,17 @@ case class KeyedPartialAggregateExec(
             e.getValue.iterator.map { case (start, p) => (keyRow, start, p) }
           }
         } else partials.entrySet().iterator().asScala.map(e => (e.getKey, e.getKey.getLong(n), e.getValue))
-      entries.map { case (key, start, p) =>
+      val sentinels: Iterator[(InternalRow, Long, Partial)] = InvalidRows.Reasons.iterator
+        .filter(r => invalidCounts(r) > 0).map { r =>
+          val p = new Partial(agg.newBuffer())
+          p.rows = invalidCounts(r)
+          // The sentinel's key (and source) columns, from its first row; a null source stays null.
+          val first = invalidFirst(r)
+          val key = InternalRow.fromSeq(keyAttrs.indices.map(i => first.get(i, keyAttrs(i).dataType)) ++ Seq(0L) ++
+            policyCols.source.map(s => first.get(in.indexWhere(_.exprId == s.exprId), s.dataType)).toSeq)
+          (key, InvalidRows.sentinelStart(r), p)
+        }
+      (entries ++ sentinels).map { case (key, start, p) =>
         meta.setLong(0, start)
         meta.setLong(1, p.rows)
         meta.setLong(2, p.maxEventTime)

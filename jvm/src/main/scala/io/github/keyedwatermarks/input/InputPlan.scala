@@ -8,8 +8,8 @@ import io.github.keyedwatermarks.compat.SparkInternals
 /**
  * Validates the user's input and prepares the rows the operator consumes: the key columns,
  * the event time in microseconds, and only the columns the aggregates read. Rows with a null
- * key or null event time are counted (observed metrics) and filtered out here, never
- * aggregated.
+ * key or null event time get an invalid-reason code here; the partial aggregation counts them
+ * (observed metrics) and never aggregates them.
  */
 final case class InputPlan(
     events: DataFrame,
@@ -47,8 +47,9 @@ object InputPlan {
 }
 
 /**
- * The projected input: key columns, event time (micros), the aggregates' input columns and,
- * when late rows are kept, the whole original row as a struct (last column).
+ * The projected input: key columns, event time (micros), the aggregates' input columns, the
+ * policy's columns, the invalid-reason code and, when late rows are kept, the whole original
+ * row as a struct (last column).
  */
 final case class ProjectedInput(
     frame: DataFrame,
@@ -63,6 +64,8 @@ object ProjectedInput {
   /** Name of the struct column holding the original row, when late rows are kept. */
   val OriginalRow = "kw_original_row"
   val InvalidReason = "kw_invalid_reason"
+  /** Per input row: 0 (valid) or the [[InvalidRows]] reason it is not aggregated. */
+  val InvalidReasonCode = "kw_invalid_code"
 
   private def column(plan: InputPlan, name: String) = plan.events.col("`" + name.replace("`", "``") + "`")
 
@@ -83,23 +86,18 @@ object ProjectedInput {
     val original =
       if (keepRows) Seq(F.struct(plan.events.columns.toSeq.map(column(plan, _)): _*).as(OriginalRow)) else Nil
     val columns = keyColumns ++ Seq(F.unix_micros(plan.eventTimeColumn).as(InputPlan.EventTimeMicros)) ++
-      aggregateInputs.distinct.map(column(plan, _)) ++ policyColumns ++ original
+      aggregateInputs.distinct.map(column(plan, _)) ++ policyColumns
     val anyKeyNull = plan.keyColumns.map(_.isNull).reduce(_ || _)
     val eventTimeNull = plan.eventTimeColumn.isNull
     val sourceNull = source.map(_.isNull).getOrElse(F.lit(false))
     // Spark's session_window drops rows whose session would not end after they start: ours are invalid.
     val badGap = rowSessionEnd.map(SessionGap.invalid(_, plan.eventTimeColumn)).getOrElse(F.lit(false))
-    val metrics = Seq(
-      F.count(F.lit(1)).as("input_rows"),
-      F.count(F.when(anyKeyNull, 1)).as("null_key_rows"),
-      F.count(F.when(!anyKeyNull && eventTimeNull, 1)).as("null_event_time_rows")) ++
-      source.map(_ => F.count(F.when(!anyKeyNull && !eventTimeNull && sourceNull, 1)).as("null_source_rows")).toSeq ++
-      rowSessionEnd.map(_ => F.count(F.when(!anyKeyNull && !eventTimeNull && !sourceNull && badGap, 1))
-        .as("invalid_gap_rows")).toSeq
-    val projected = plan.events
-      .observe(InputPlan.InputMetrics, metrics.head, metrics.tail: _*)
-      .where(!anyKeyNull && !eventTimeNull && !sourceNull && !badGap)
-      .select(columns: _*)
+    // Invalid rows are not filtered (nor counted by an observe()) here, row by row: the partial
+    // aggregation, which reads every row anyway, skips and counts them by this code (the first
+    // reason that applies), so the scan stays one code-generated stage (see InvalidRows).
+    val reason = F.when(anyKeyNull, InvalidRows.NullKey).when(eventTimeNull, InvalidRows.NullEventTime)
+      .when(sourceNull, InvalidRows.NullSource).when(badGap, InvalidRows.BadGap).otherwise(InvalidRows.Valid)
+    val projected = plan.events.select((columns :+ reason.as(InvalidReasonCode)) ++ original: _*)
     val keySchema = StructType(projected.schema.take(plan.keys.size))
     // Kept rows: the invalid ones too, with the reason, so nothing leaves the query unseen.
     val invalid = if (!keepRows) None else Some(plan.events
