@@ -5,6 +5,7 @@ import scala.jdk.CollectionConverters._
 import org.apache.spark.sql.{Column, DataFrame, Encoders, functions => F}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
+import org.apache.spark.sql.types.StructType
 
 import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
 import io.github.keyedwatermarks.emission.WindowEmitter
@@ -321,14 +322,11 @@ final class KeyedWindow private[keyedwatermarks] (
     val resultSchema = reference.schema
     val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray,
       if (keepLateRows) Some(input.events.schema) else None, withRevision = allowedLatenessMicros.isDefined)
-    val partials = InvalidRows.observe(
-      PartialAggregation(projected.frame, input.keys.size, assigner, aggregation, keepLateRows,
-        keepEventTimes = policy.lateness.isInstanceOf[AdaptiveLateness]),
-      PartialAggregation.WindowStart, PartialAggregation.Rows,
-      withSource = watermark.sourceColumn.isDefined, withGap = rowSessionEnd.isDefined)
+    val partials = PartialAggregation(projected.frame, input.keys.size, assigner, aggregation, keepLateRows,
+      keepEventTimes = policy.lateness.isInstanceOf[AdaptiveLateness])
     val plan = OperatorPlan(
       keySchema = projected.keySchema,
-      partialSchema = partials.schema,
+      payloadSchema = partials.payloadSchema,
       windows = assigner,
       policy = policy,
       allowedLatenessMicros = allowedLatenessMicros.getOrElse(0L),
@@ -343,10 +341,18 @@ final class KeyedWindow private[keyedwatermarks] (
       if (policy.usesProcessingTimers) TimeMode.ProcessingTime()
       else if (policy.usesGlobalWatermark) TimeMode.EventTime()
       else TimeMode.None()
-    val keyNames = input.keys.indices.map(ProjectedInput.keyColumnName)
-    val out = partials
-      .groupBy(keyNames.map(F.col): _*)
-      .as(Encoders.row(projected.keySchema), Encoders.row(partials.schema))
+    val keys = input.keys.indices.map(ProjectedInput.keyColumnName).map(F.col)
+    val valid = InvalidRows.observe(partials.frame, PartialAggregation.WindowStart, PartialAggregation.Rows,
+      withSource = watermark.sourceColumn.isDefined, withGap = rowSessionEnd.isDefined)
+    // The key's hash leads the grouping: the sort that transformWithState needs is then decided
+    // by its 8-byte prefix (device ids tend to share long prefixes). A value is the payload
+    // bytes (plus the grouping columns, which Spark's value encoder must cover), so the encoders
+    // copy one array per partial instead of converting every field to a Row and back.
+    val grouped = valid.select(valid.col(PartialAggregation.Payload) +:
+      F.xxhash64(keys: _*).as(KeyedWindowProcessor.KeyHash) +: keys: _*)
+    val out = grouped
+      .groupBy(F.col(KeyedWindowProcessor.KeyHash) +: keys: _*)
+      .as(Encoders.row(StructType(grouped.schema.drop(1))), Encoders.row(grouped.schema))
       .transformWithState(new KeyedWindowProcessor(plan), timeMode, OutputMode.Append())(
         Encoders.row(emitter.outputSchema))
       .toDF()

@@ -12,7 +12,8 @@ import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
 import org.apache.spark.sql.catalyst.util.{ArrayData, GenericArrayData}
-import org.apache.spark.sql.types.{ArrayType, LongType, StringType, StructType}
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.types.{ArrayType, BinaryType, LongType, StringType, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
 import io.github.keyedwatermarks.input.{InvalidRows, ProjectedInput}
@@ -26,19 +27,23 @@ import io.github.keyedwatermarks.window.WindowAssigner
  * event time (for the watermark). Only partials are shuffled, sorted and handed to the
  * stateful operator.
  *
- * Output layout (the operator relies on it): stored buffer fields b0..bn first (so a partial
- * row is directly the right-hand side of CatalystAggregation.merge), then window start, row
- * count, max event time, then the key columns, then the optional watermark-policy columns
- * (`kw_lateness_us`: the partial's max per-row lateness; `kw_event_times`: every row's event
- * time, for adaptive lateness; `kw_source`: the source, part of the grouping for min of
- * inputs), then the kept rows. `kw_rows` counts the rows whose *last* window is this one, so
- * that with sliding windows a row counts as late only when all its windows are closed.
+ * Output: `kw_payload`, `kw_window_start`, `kw_rows`, then the key columns. The payload is the
+ * partial as UnsafeRow bytes (compat.UnsafeRowBytes; the operator reads it with
+ * [[Partials.payloadSchema]]): stored buffer fields b0..bn first (so a payload row is directly
+ * the right-hand side of CatalystAggregation.merge), then window start, row count, max event
+ * time, then the optional watermark-policy columns (`kw_lateness_us`: the partial's max
+ * per-row lateness; `kw_session_end`; `kw_event_times`: every row's event time, for adaptive
+ * lateness; `kw_source`: the source, part of the grouping for min of inputs), then the kept
+ * rows. `kw_rows` counts the rows whose *last* window is this one, so that with sliding
+ * windows a row counts as late only when all its windows are closed. Window start and row
+ * count are also columns of their own, for the input metrics before the shuffle.
  *
  * Invalid input rows (a non-zero `kw_invalid_code`) are skipped and counted: per partition and
  * reason, one sentinel partial (window start `InvalidRows.sentinelStart(reason)`, the count in
  * `kw_rows`, the key of the first such row) that `InvalidRows.observe` counts and then drops.
  */
 object PartialAggregation {
+  val Payload = "kw_payload"
   val WindowStart = "kw_window_start"
   val Rows = "kw_rows"
   val MaxEventTime = "kw_max_event_time"
@@ -65,7 +70,7 @@ object PartialAggregation {
       windows: WindowAssigner,
       aggregation: CatalystAggregation,
       keepRows: Boolean,
-      keepEventTimes: Boolean = false): DataFrame = {
+      keepEventTimes: Boolean = false): Partials = {
     val session = input.sparkSession
     install(session)
     val child = SparkInternals.analyzedPlan(input)
@@ -81,10 +86,13 @@ object PartialAggregation {
       gap.map(_ => AttributeReference(SessionEnd, LongType, nullable = false)()).toSeq ++
       (if (keepEventTimes) Seq(AttributeReference(EventTimes, ArrayType(LongType, containsNull = false), nullable = false)())
        else Nil) ++ source.toSeq
+    val payload = DataTypeUtils.fromAttributes(buffers ++ meta ++ policyOut ++ keptOut)
+    val output = Seq(AttributeReference(Payload, BinaryType, nullable = false)()) ++
+      Seq(WindowStart, Rows).map(n => AttributeReference(n, LongType, nullable = false)()) ++ inputs.take(keyCount)
     val node = KeyedPartialAggregate(
       inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source, gap),
-      windows, aggregation, inputs, buffers ++ meta ++ inputs.take(keyCount) ++ policyOut ++ keptOut, child)
-    SparkBridge.ofRows(session, node)
+      windows, aggregation, inputs, payload, output, child)
+    Partials(SparkBridge.ofRows(session, node), payload)
   }
 
   private def install(session: SparkSession): Unit = synchronized {
@@ -94,6 +102,9 @@ object PartialAggregation {
     }
   }
 }
+
+/** The partials (see [[PartialAggregation]]) and the schema of their payload. */
+final case class Partials(frame: DataFrame, payloadSchema: StructType)
 
 /** The watermark-policy inputs a partial carries: lateness column, event times, source. */
 final case class PolicyColumns(
@@ -108,6 +119,7 @@ case class KeyedPartialAggregate(
     windows: WindowAssigner,
     aggregation: CatalystAggregation,
     inputs: Seq[Attribute],
+    payload: StructType,
     output: Seq[Attribute],
     child: LogicalPlan) extends UnaryNode {
   override protected def withNewChildInternal(newChild: LogicalPlan): KeyedPartialAggregate = copy(child = newChild)
@@ -117,8 +129,8 @@ case class KeyedPartialAggregate(
 object KeyedPartialAggregateStrategy extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case p: KeyedPartialAggregate =>
-      KeyedPartialAggregateExec(p.keys, p.eventTime, p.keptRow, p.policy, p.windows, p.aggregation, p.inputs, p.output,
-        planLater(p.child)) :: Nil
+      KeyedPartialAggregateExec(p.keys, p.eventTime, p.keptRow, p.policy, p.windows, p.aggregation, p.inputs,
+        p.payload, p.output, planLater(p.child)) :: Nil
     case _ => Nil
   }
 }
@@ -131,6 +143,7 @@ case class KeyedPartialAggregateExec(
     windows: WindowAssigner,
     aggregation: CatalystAggregation,
     inputs: Seq[Attribute],
+    payload: StructType,
     output: Seq[Attribute],
     child: SparkPlan) extends UnaryExecNode {
 
@@ -145,6 +158,7 @@ case class KeyedPartialAggregateExec(
     val keyAttrs = keys
     val ts = eventTime
     val outAttrs = output
+    val payloadSchema = payload
     val kept = keptRow
     val policyCols = policy
     child.execute().mapPartitions { rows =>
@@ -205,40 +219,42 @@ case class KeyedPartialAggregateExec(
           if (invalidCounts(invalid) == 0) invalidFirst(invalid) = row0.copy()
           invalidCounts(invalid) += 1
         } else {
-        val row = if (agg.retainsInputReferences) row0.copy() else row0
-        val t = row.getLong(tsOrdinal)
-        var last = true
-        assigner.foreachWindowStart(t) { start =>
-          val partial = lookup(row, start)
-          agg.update(partial.buffer, row)
-          // A row is counted (for late accounting) in its last window only: it is late iff
-          // that window, the last of its windows to close, is closed.
-          if (last) {
-            partial.rows += 1
-            if (keptOrdinal >= 0) partial.keep(row.getStruct(keptOrdinal, keptWidth).copy())
-            if (policyCols.eventTimes) partial.eventTimes += t
-            last = false
+          val row = if (agg.retainsInputReferences) row0.copy() else row0
+          val t = row.getLong(tsOrdinal)
+          var last = true
+          assigner.foreachWindowStart(t) { start =>
+            val partial = lookup(row, start)
+            agg.update(partial.buffer, row)
+            // A row is counted (for late accounting) in its last window only: it is late iff
+            // that window, the last of its windows to close, is closed.
+            if (last) {
+              partial.rows += 1
+              if (keptOrdinal >= 0) partial.keep(row.getStruct(keptOrdinal, keptWidth).copy())
+              if (policyCols.eventTimes) partial.eventTimes += t
+              last = false
+            }
+            if (t > partial.maxEventTime) partial.maxEventTime = t
+            if (latenessOrdinal >= 0) {
+              val l = row.getLong(latenessOrdinal)
+              if (l > partial.maxLateness) partial.maxLateness = l
+            }
+            if (gapOrdinal >= 0) {
+              val end = row.getLong(gapOrdinal)
+              if (end > partial.maxEnd) partial.maxEnd = end
+            }
           }
-          if (t > partial.maxEventTime) partial.maxEventTime = t
-          if (latenessOrdinal >= 0) {
-            val l = row.getLong(latenessOrdinal)
-            if (l > partial.maxLateness) partial.maxLateness = l
-          }
-          if (gapOrdinal >= 0) {
-            val end = row.getLong(gapOrdinal)
-            if (end > partial.maxEnd) partial.maxEnd = end
-          }
-        }
         }
       }
       val n = keyAttrs.size
+      val projectPayload = UnsafeProjection.create(payloadSchema)
       val project = UnsafeProjection.create(
         outAttrs.indices.map(i => BoundReference(i, outAttrs(i).dataType, outAttrs(i).nullable)))
+      val outer = new SpecificInternalRow(outAttrs.map(_.dataType))
       val meta = new SpecificInternalRow(Seq(LongType, LongType, LongType))
       val policyTypes = policyCols.lateness.map(_ => LongType).toSeq ++ policyCols.gap.map(_ => LongType).toSeq ++
         (if (policyCols.eventTimes) Seq(ArrayType(LongType, containsNull = false)) else Nil) ++
         policyCols.source.map(_.dataType).toSeq
-      val keyPart = new SpecificInternalRow(keyAttrs.map(_.dataType) ++ policyTypes ++ kept.map(_.dataType).toSeq)
+      val policyPart = new SpecificInternalRow(policyTypes ++ kept.map(_.dataType).toSeq)
       // (key values, window start, partial) of every partial, from whichever map was used.
       val entries: Iterator[(InternalRow, Long, Partial)] =
         if (stringKeyOrdinal >= 0) {
@@ -262,13 +278,18 @@ case class KeyedPartialAggregateExec(
         meta.setLong(1, p.rows)
         meta.setLong(2, p.maxEventTime)
         var i = 0
-        while (i < n) { keyPart.update(i, key.get(i, keyAttrs(i).dataType)); i += 1 }
-        if (policyCols.lateness.isDefined) { keyPart.setLong(i, p.maxLateness); i += 1 }
-        if (policyCols.gap.isDefined) { keyPart.setLong(i, p.maxEnd); i += 1 }
-        if (policyCols.eventTimes) { keyPart.update(i, new GenericArrayData(p.eventTimes.toArray[Any])); i += 1 }
-        policyCols.source.foreach { s => keyPart.update(i, key.get(n + 1, s.dataType)); i += 1 }
-        if (keptOrdinal >= 0) keyPart.update(i, p.keptRows)
-        project(new JoinedRow(new JoinedRow(agg.toStored(p.buffer), meta), keyPart))
+        if (policyCols.lateness.isDefined) { policyPart.setLong(i, p.maxLateness); i += 1 }
+        if (policyCols.gap.isDefined) { policyPart.setLong(i, p.maxEnd); i += 1 }
+        if (policyCols.eventTimes) { policyPart.update(i, new GenericArrayData(p.eventTimes.toArray[Any])); i += 1 }
+        policyCols.source.foreach { s => policyPart.update(i, key.get(n + 1, s.dataType)); i += 1 }
+        if (keptOrdinal >= 0) policyPart.update(i, p.keptRows)
+        outer.update(0, UnsafeRowBytes.bytes(projectPayload(new JoinedRow(new JoinedRow(agg.toStored(p.buffer), meta),
+          policyPart))))
+        outer.setLong(1, start)
+        outer.setLong(2, p.rows)
+        i = 0
+        while (i < n) { outer.update(3 + i, key.get(i, keyAttrs(i).dataType)); i += 1 }
+        project(outer)
       }
     }
   }

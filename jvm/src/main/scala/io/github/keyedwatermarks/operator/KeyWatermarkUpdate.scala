@@ -112,7 +112,7 @@ private[operator] final class KeyWatermarkUpdate(
   }
 }
 
-/** Ordinals of a partial row's columns (see compat.PartialAggregation for the layout). */
+/** Ordinals of a partial's payload columns (see compat.PartialAggregation for the layout). */
 final case class PartialLayout(
     windowStart: Int, rows: Int, maxEventTime: Int, lateness: Int, eventTimes: Int, source: Int,
     sessionEnd: Int, kept: Int, keptWidth: Int)
@@ -121,10 +121,10 @@ object PartialLayout {
   import org.apache.spark.sql.types.{ArrayType, StructType}
   import io.github.keyedwatermarks.compat.PartialAggregation
 
-  def apply(partialSchema: StructType): PartialLayout = {
-    def ordinal(name: String) = partialSchema.fieldNames.indexOf(name)
+  def apply(payloadSchema: StructType): PartialLayout = {
+    def ordinal(name: String) = payloadSchema.fieldNames.indexOf(name)
     val kept = ordinal(PartialAggregation.KeptRows)
-    val keptWidth = if (kept < 0) 0 else partialSchema(kept).dataType match {
+    val keptWidth = if (kept < 0) 0 else payloadSchema(kept).dataType match {
       case a: ArrayType => a.elementType.asInstanceOf[StructType].length
       case _ => 0
     }

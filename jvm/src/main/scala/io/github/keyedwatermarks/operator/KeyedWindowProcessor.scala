@@ -8,7 +8,7 @@ import org.apache.spark.sql.catalyst.expressions.JoinedRow
 import org.apache.spark.sql.streaming.{ExpiredTimerInfo, OutputMode, StatefulProcessor, TimeMode, TimerValues}
 import org.apache.spark.sql.types.StructType
 
-import io.github.keyedwatermarks.compat.CatalystAggregation
+import io.github.keyedwatermarks.compat.{CatalystAggregation, UnsafeRowBytes}
 import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
 import io.github.keyedwatermarks.emission.WindowEmitter
 import io.github.keyedwatermarks.state.KeyState
@@ -18,7 +18,8 @@ import io.github.keyedwatermarks.window.{SessionWindows, WindowAssigner}
 /** Everything the operator needs, fixed when the query is defined (serialized to executors). */
 final case class OperatorPlan(
     keySchema: StructType,
-    partialSchema: StructType,
+    /** Schema of a partial's payload (see compat.PartialAggregation). */
+    payloadSchema: StructType,
     windows: WindowAssigner,
     policy: WatermarkPolicy,
     allowedLatenessMicros: Long,
@@ -42,10 +43,9 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
 
   @transient private var state: KeyState = _
   @transient private lazy val keys = new RowConverter(plan.keySchema)
-  @transient private lazy val partials = new RowConverter(plan.partialSchema)
-  private val layout = PartialLayout(plan.partialSchema)
+  private val layout = PartialLayout(plan.payloadSchema)
+  private val payloadFields = plan.payloadSchema.length
   private val startOrdinal = layout.windowStart
-  @transient private lazy val windowStates = new RowConverter(KeyState.windowSchema(agg.bufferSchema))
   private val revisionOrdinal = agg.bufferSchema.length
   private def agg = plan.aggregation
   private def policy = plan.policy
@@ -80,16 +80,25 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     def threshold: Long = if (revisions == 0 || dirty) end else end + plan.allowedLatenessMicros
   }
 
+  /**
+   * The key's values (without the leading hash) as an InternalRow; a copy, since the converter
+   * reuses its output row.
+   */
+  private def keyValues(groupingKey: Row): InternalRow = keys.toInternal(Row.fromSeq(groupingKey.toSeq.tail)).copy()
+
+  /**
+   * A partial's payload (its first column) as a row, over its own bytes: merged buffers may
+   * keep references into them.
+   */
+  private def partial(value: Row): InternalRow = UnsafeRowBytes.row(value.getAs[Array[Byte]](0), payloadFields)
+
   /** One key's state for one batch or timer: watermark record and open windows by start. */
   private final class KeyBatch(timerValues: TimerValues) {
     private val (record, stored) = state.load()
     val update = new KeyWatermarkUpdate(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
       globalWatermark(timerValues))
     val windows = mutable.LongMap.empty[OpenWindow]
-    stored.foreach { r =>
-      // The converter reuses its output row; declarative string/array buffers would keep
-      // references into it, so copy it for those.
-      val row = if (agg.retainsInputReferences) windowStates.toInternal(r).copy() else windowStates.toInternal(r)
+    stored.foreach { row =>
       val start = row.getLong(revisionOrdinal + 2)
       windows.update(start, new OpenWindow(start, row.getLong(revisionOrdinal + 1), agg.fromStored(row),
         row.getInt(revisionOrdinal), row.getBoolean(revisionOrdinal + 3)))
@@ -101,16 +110,15 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     /** Writes the record and the windows still open: one state store write for the key. */
     def store(lateRows: Long): Unit = {
       record.lateRows += lateRows
-      val rows = windows.values.toSeq.sortBy(_.start).map { w =>
-        windowStates.toExternal(new JoinedRow(agg.toStored(w.buffer), InternalRow(w.revisions, w.end, w.start, w.dirty)))
-      }
-      state.store(record, rows)
+      state.store(record, windows.values.iterator.map { w =>
+        new JoinedRow(agg.toStored(w.buffer), InternalRow(w.revisions, w.end, w.start, w.dirty))
+      })
     }
   }
 
   override def handleInputRows(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] = {
     val batch = new KeyBatch(timerValues)
-    val keyValues = keys.toInternal(key).copy()
+    val keyValues = this.keyValues(key)
     val out = plan.windows match {
       case _: SessionWindows => handleSessions(keyValues, rows, batch)
       case _ => handleFixedWindows(keyValues, rows, batch)
@@ -150,7 +158,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     var late = 0L
     val intervals = mutable.ArrayBuffer.empty[OpenWindow]
     while (rows.hasNext) {
-      val partial = partials.toInternal(rows.next())
+      val partial = this.partial(rows.next())
       val start = partial.getLong(startOrdinal)
       update.observe(partial)
       if (LateRowPolicy.isClosed(start + plan.allowedLatenessMicros, watermarkAtStart)) {
@@ -216,14 +224,14 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     var late = 0L
     val lateRowsOut = mutable.ArrayBuffer.empty[Row]
     while (rows.hasNext) {
-      val partial = partials.toInternal(rows.next())
+      val partial = this.partial(rows.next())
       val start = partial.getLong(startOrdinal)
       update.observe(partial)
       if (expiredStart(start, watermarkAtStart)) {
         late += partial.getLong(layout.rows)
         keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
       } else {
-        agg.merge(batch.window(start).buffer, if (agg.retainsInputReferences) partial.copy() else partial)
+        agg.merge(batch.window(start).buffer, partial)
         touched.update(start, true)
       }
     }
@@ -262,7 +270,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
    */
   override def handleExpiredTimer(
       key: Row, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo): Iterator[Row] = {
-    val keyValues = keys.toInternal(key).copy()
+    val keyValues = this.keyValues(key)
     val batch = new KeyBatch(timerValues)
     val update = batch.update
     val now = timerValues.getCurrentProcessingTimeInMs()
@@ -330,4 +338,9 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
   /** Grouping values as Spark's Aggregate lays them out: the key columns, then the window struct. */
   private def windowGroup(keyValues: InternalRow, start: Long, end: Long): InternalRow =
     new JoinedRow(keyValues, InternalRow(InternalRow(start, end)))
+}
+
+object KeyedWindowProcessor {
+  /** The first grouping column: a hash of the key columns (see KeyedWindow.aggWithReport). */
+  val KeyHash = "kw_key_hash"
 }

@@ -2,9 +2,10 @@ package io.github.keyedwatermarks.state
 
 import org.apache.spark.sql.{Encoders, Row}
 import org.apache.spark.sql.streaming.{MapState, StatefulProcessorHandle, TTLConfig, ValueState}
-import org.apache.spark.sql.types.{ArrayType, BooleanType, IntegerType, LongType, StructField, StructType}
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongType, StructField, StructType}
 
-import io.github.keyedwatermarks.compat.QuantileSketch
+import io.github.keyedwatermarks.compat.{QuantileSketch, UnsafeRowBytes}
 import io.github.keyedwatermarks.watermark.{AdaptiveLateness, KeyWatermark, KeyWatermarkState, WatermarkPolicy}
 
 /**
@@ -36,19 +37,28 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, 
   val sources: Option[MapState[String, Row]] = policy.sources.map(_ =>
     handle.getMapState("source_watermarks", Encoders.STRING, Encoders.row(SourceSchema), TTLConfig.NONE))
 
-  /** The key's watermark record and its open windows (rows of [[windowSchema]]). */
-  def load(): (KeyWatermarkState, Seq[Row]) = {
+  private val windowFields = windowSchema(bufferSchema).length
+  private val windowWriter = new UnsafeRowBytes.Writer(windowSchema(bufferSchema))
+
+  /**
+   * The key's watermark record and its open windows (rows of [[windowSchema]], each over the
+   * bytes just read, which nothing else shares).
+   */
+  def load(): (KeyWatermarkState, Iterator[InternalRow]) = {
     // One read: Spark's exists() is itself a get() (and a decode), so test get() for null.
     val r = keyState.get()
     if (r != null) {
       (new KeyWatermarkState(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
-        r.getLong(6)), r.getSeq[Row](7))
-    } else (KeyWatermark.fresh(policy.latenessMicros), Nil)
+        r.getLong(6)), UnsafeRowBytes.rows(r.getAs[Array[Byte]](7), windowFields))
+    } else (KeyWatermark.fresh(policy.latenessMicros), Iterator.empty)
   }
 
-  def store(s: KeyWatermarkState, windows: Seq[Row]): Unit =
+  /** Writes the record and the open windows (rows of [[windowSchema]]). */
+  def store(s: KeyWatermarkState, windows: Iterator[InternalRow]): Unit = {
+    windows.foreach(windowWriter.add)
     keyState.update(Row(s.maxEventTime, s.watermark, s.arrivalWatermark, s.lastArrivalMs, s.latenessMicros,
-      s.lateRows, s.regressions, windows))
+      s.lateRows, s.regressions, windowWriter.result()))
+  }
 
   def loadSketch(relativeError: Double): QuantileSketch =
     sketchState.flatMap(v => Option(v.get())) match {
@@ -80,9 +90,9 @@ object KeyState {
     "max_event_time_us", "watermark_us", "arrival_watermark_us", "last_arrival_ms", "lateness_us",
     "late_rows", "regressions").map(StructField(_, LongType, nullable = false)))
 
+  /** The open windows are one BINARY value: rows of [[windowSchema]] (compat.UnsafeRowBytes). */
   def keySchema(bufferSchema: StructType): StructType =
-    WatermarkSchema.add(StructField("open_windows", ArrayType(windowSchema(bufferSchema), containsNull = false),
-      nullable = false))
+    WatermarkSchema.add(StructField("open_windows", BinaryType, nullable = false))
 
   val SourceSchema: StructType = StructType(Seq(
     StructField("max_event_time_us", LongType, nullable = false),
