@@ -35,6 +35,22 @@ def random_stream(seed: int):
     return batches
 
 
+def dense_stream(seed: int):
+    """Dozens of rows per key and batch at distinct event times (many partials of one key in
+    one input partition), forming several sessions per key."""
+    rng = random.Random(seed)
+    batches, clocks = [], {"a": 0, "b": 0}
+    for _ in range(3):
+        rows = []
+        for k in clocks:
+            for _ in range(rng.randint(30, 50)):
+                clocks[k] += rng.choice([1, 2, 3, 15]) * SECOND + rng.randint(1, SECOND - 1)
+                rows.append((k, clocks[k] - rng.choice([0, 0, 2 * SECOND]), float(rng.randint(0, 20))))
+        rng.shuffle(rows)
+        batches.append(rows)
+    return batches
+
+
 def on_time_rows(batches):
     """docs/semantics.md for sessions: a row is late when t <= wm(k) at the start of its batch."""
     max_t, keep, late = {}, [], 0
@@ -55,9 +71,11 @@ def gap_column():
     return F.when(F.col("temp") > 10, "12 seconds").otherwise("4 seconds")
 
 
-@pytest.mark.parametrize("seed, per_row_gap", [(1, False), (2, False), (3, False), (4, False), (5, True), (6, True)])
-def test_sessions_equal_spark_session_window(spark, tmp_path_factory, seed, per_row_gap):
-    batches = random_stream(seed)
+@pytest.mark.parametrize("seed, per_row_gap, dense", [(1, False, False), (2, False, False), (3, False, False),
+                                                      (4, False, False), (5, True, False), (6, True, False),
+                                                      (7, False, True)])
+def test_sessions_equal_spark_session_window(spark, tmp_path_factory, seed, per_row_gap, dense):
+    batches = dense_stream(seed) if dense else random_stream(seed)
     root = tmp_path_factory.mktemp(f"session-{uuid.uuid4().hex[:8]}")
     replay = Replay(spark, root)
     replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in batches])

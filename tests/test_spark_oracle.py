@@ -427,6 +427,13 @@ def test_sliding_windows_match_spark_streaming(spark, workdir):
     assert len(out) >= 8
 
 
+def test_many_sliding_windows_per_row_match_spark_streaming(spark, workdir):
+    # Slide 1 s: every row is in 10 windows, so a key has more than a few partials per batch.
+    batches = no_late_stream(32, [("s1", "a"), ("s2", "b")], batches=4, jitter_us=0)
+    out = compare_with_spark(spark, workdir, batches, ["device"], slide="1 second")
+    assert len(out) >= 40
+
+
 def test_composite_key_matches_spark_streaming(spark, workdir):
     keys = [("s1", "a"), ("s1", "b"), ("s2", "a")]
     batches = no_late_stream(21, keys, batches=5, jitter_us=3 * SEC)

@@ -5,7 +5,6 @@ import scala.jdk.CollectionConverters._
 import org.apache.spark.sql.{Column, DataFrame, Encoders, functions => F}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
-import org.apache.spark.sql.types.StructType
 
 import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
 import io.github.keyedwatermarks.emission.WindowEmitter
@@ -344,15 +343,14 @@ final class KeyedWindow private[keyedwatermarks] (
     val keys = input.keys.indices.map(ProjectedInput.keyColumnName).map(F.col)
     val valid = InvalidRows.observe(partials.frame, PartialAggregation.WindowStart, PartialAggregation.Rows,
       withSource = watermark.sourceColumn.isDefined, withGap = rowSessionEnd.isDefined)
-    // The key's hash leads the grouping: the sort that transformWithState needs is then decided
-    // by its 8-byte prefix (device ids tend to share long prefixes). A value is the payload
-    // bytes (plus the grouping columns, which Spark's value encoder must cover), so the encoders
-    // copy one array per partial instead of converting every field to a Row and back.
-    val grouped = valid.select(valid.col(PartialAggregation.Payload) +:
-      F.xxhash64(keys: _*).as(KeyedWindowProcessor.KeyHash) +: keys: _*)
+    // A value is the payload bytes (plus the key columns, which Spark's value encoder must
+    // cover), so the encoders copy one array per partial instead of converting every field to a
+    // Row and back. (A key hash leading the grouping, to make the sort's prefix decide, cost
+    // more in state store lookups out of key order than it saved: benchmarks/results/profile.md.)
+    val grouped = valid.select(valid.col(PartialAggregation.Payload) +: keys: _*)
     val out = grouped
-      .groupBy(F.col(KeyedWindowProcessor.KeyHash) +: keys: _*)
-      .as(Encoders.row(StructType(grouped.schema.drop(1))), Encoders.row(grouped.schema))
+      .groupBy(keys: _*)
+      .as(Encoders.row(projected.keySchema), Encoders.row(grouped.schema))
       .transformWithState(new KeyedWindowProcessor(plan), timeMode, OutputMode.Append())(
         Encoders.row(emitter.outputSchema))
       .toDF()

@@ -181,25 +181,22 @@ case class KeyedPartialAggregateExec(
       val keptOrdinal = kept.map(k => in.indexWhere(_.exprId == k.exprId)).getOrElse(-1)
       val keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0)
       val partials = new JLinkedHashMap[UnsafeRow, Partial]()
-      // Fast path for the common single STRING key without sources: partials by key value then
-      // window start, looked up with the row's own UTF8String (no grouping-key projection).
+      // Fast path for the common single STRING key without sources: partials by key value,
+      // looked up with the row's own UTF8String (no grouping-key projection); the key's first
+      // partial holds the others (see Partial.find).
       val stringKeyOrdinal =
         if (keyAttrs.size == 1 && keyAttrs.head.dataType == StringType && policyCols.source.isEmpty) {
           in.indexWhere(_.exprId == keyAttrs.head.exprId)
         } else -1
-      val byStringKey = new java.util.HashMap[UTF8String, scala.collection.mutable.LongMap[Partial]]()
+      val byStringKey = new java.util.HashMap[UTF8String, Partial](4096)
       def lookup(row: InternalRow, start: Long): Partial =
         if (stringKeyOrdinal >= 0) {
           val k = row.getUTF8String(stringKeyOrdinal)
-          var windowsOfKey = byStringKey.get(k)
-          if (windowsOfKey == null) {
-            windowsOfKey = scala.collection.mutable.LongMap.empty[Partial]
-            byStringKey.put(k.clone(), windowsOfKey)
-          }
-          var partial = windowsOfKey.getOrNull(start)
+          val first = byStringKey.get(k)
+          var partial = if (first == null) null else first.find(start)
           if (partial == null) {
-            partial = new Partial(agg.newBuffer())
-            windowsOfKey.update(start, partial)
+            partial = new Partial(agg.newBuffer(), start)
+            if (first == null) byStringKey.put(k.clone(), partial) else first.add(partial)
           }
           partial
         } else {
@@ -207,7 +204,7 @@ case class KeyedPartialAggregateExec(
           val key = groupKey(withStart(row, windowStart))
           var partial = partials.get(key)
           if (partial == null) {
-            partial = new Partial(agg.newBuffer())
+            partial = new Partial(agg.newBuffer(), start)
             partials.put(key.copy(), partial)
           }
           partial
@@ -260,12 +257,12 @@ case class KeyedPartialAggregateExec(
         if (stringKeyOrdinal >= 0) {
           byStringKey.entrySet().iterator().asScala.flatMap { e =>
             val keyRow = InternalRow(e.getKey)
-            e.getValue.iterator.map { case (start, p) => (keyRow, start, p) }
+            e.getValue.ofKey.map(p => (keyRow, p.start, p))
           }
-        } else partials.entrySet().iterator().asScala.map(e => (e.getKey, e.getKey.getLong(n), e.getValue))
+        } else partials.entrySet().iterator().asScala.map(e => (e.getKey, e.getValue.start, e.getValue))
       val sentinels: Iterator[(InternalRow, Long, Partial)] = InvalidRows.Reasons.iterator
         .filter(r => invalidCounts(r) > 0).map { r =>
-          val p = new Partial(agg.newBuffer())
+          val p = new Partial(agg.newBuffer(), InvalidRows.sentinelStart(r))
           p.rows = invalidCounts(r)
           // The sentinel's key (and source) columns, from its first row; a null source stays null.
           val first = invalidFirst(r)
@@ -295,8 +292,41 @@ case class KeyedPartialAggregateExec(
   }
 }
 
-/** One (key, window)'s partial within a partition: live buffer, row count, max event time. */
-private final class Partial(val buffer: InternalRow) {
+/** One (key, window)'s partial within a partition: live buffer, window start, row count, max event time. */
+private final class Partial(val buffer: InternalRow, val start: Long) {
+  // Single-string-key path: a key's first partial holds the key's others. A key touches one or
+  // two windows in a batch (a few with sliding windows), so a short chain beats a map per key;
+  // sessions (a partial per distinct event time) can have many, so past 8 they go in a map.
+  private var next: Partial = null
+  private var chained = 0
+  private var more: scala.collection.mutable.LongMap[Partial] = null
+
+  /** This key's partial of the window starting at `start`, or null. */
+  def find(start: Long): Partial =
+    if (this.start == start) this
+    else if (more != null) more.getOrNull(start)
+    else {
+      var p = next
+      while (p != null && p.start != start) p = p.next
+      p
+    }
+
+  def add(p: Partial): Unit =
+    if (more != null) more.update(p.start, p)
+    else if (chained < 8) { p.next = next; next = p; chained += 1 }
+    else {
+      more = scala.collection.mutable.LongMap.empty[Partial]
+      var q = next
+      while (q != null) { more.update(q.start, q); q = q.next }
+      more.update(p.start, p)
+      next = null
+    }
+
+  /** This partial and the others of its key. */
+  def ofKey: Iterator[Partial] =
+    Iterator.single(this) ++ (if (more != null) more.valuesIterator
+                              else Iterator.iterate(next)(_.next).takeWhile(_ != null))
+
   var rows: Long = 0L
   var maxEventTime: Long = Long.MinValue
   var maxLateness: Long = Long.MinValue

@@ -80,11 +80,8 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     def threshold: Long = if (revisions == 0 || dirty) end else end + plan.allowedLatenessMicros
   }
 
-  /**
-   * The key's values (without the leading hash) as an InternalRow; a copy, since the converter
-   * reuses its output row.
-   */
-  private def keyValues(groupingKey: Row): InternalRow = keys.toInternal(Row.fromSeq(groupingKey.toSeq.tail)).copy()
+  /** The key's values as an InternalRow; a copy, since the converter reuses its output row. */
+  private def keyValues(key: Row): InternalRow = keys.toInternal(key).copy()
 
   /**
    * A partial's payload (its first column) as a row, over its own bytes: merged buffers may
@@ -338,9 +335,4 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
   /** Grouping values as Spark's Aggregate lays them out: the key columns, then the window struct. */
   private def windowGroup(keyValues: InternalRow, start: Long, end: Long): InternalRow =
     new JoinedRow(keyValues, InternalRow(InternalRow(start, end)))
-}
-
-object KeyedWindowProcessor {
-  /** The first grouping column: a hash of the key columns (see KeyedWindow.aggWithReport). */
-  val KeyHash = "kw_key_hash"
 }

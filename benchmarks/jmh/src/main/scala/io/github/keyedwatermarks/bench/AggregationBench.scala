@@ -13,6 +13,7 @@ import org.openjdk.jmh.infra.Blackhole
 
 import io.github.keyedwatermarks.compat.{CatalystAggregation, SparkInternals}
 import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
+import io.github.keyedwatermarks.compat.UnsafeRowBytes
 import io.github.keyedwatermarks.emission.WindowEmitter
 
 /** One local SparkSession per benchmark JVM, only to analyze `groupBy(device, window).agg(...)`. */
@@ -73,6 +74,8 @@ class AggregationBench {
   private var live: InternalRow = _
   private var storedExternal: Row = _
   private var buffers: RowConverter = _
+  private var bytesWriter: UnsafeRowBytes.Writer = _
+  private var storedBytes: Array[Byte] = _
   private var group: InternalRow = _
 
   @Setup(Level.Trial)
@@ -104,6 +107,9 @@ class AggregationBench {
     stored = agg.toStored(full).copy()
     buffers = new RowConverter(agg.bufferSchema)
     storedExternal = buffers.toExternal(stored)
+    bytesWriter = new UnsafeRowBytes.Writer(agg.bufferSchema)
+    bytesWriter.add(stored)
+    storedBytes = bytesWriter.result()
     group = InternalRow(device, InternalRow(EventTimes.Origin, EventTimes.Origin + EventTimes.WindowMicros))
   }
 
@@ -131,9 +137,17 @@ class AggregationBench {
   @Benchmark
   def storedRoundTrip(): InternalRow = agg.toStored(agg.fromStored(stored))
 
-  /** The same round trip through external Rows, as the operator talks to the state store. */
+  /** The same round trip through external Rows, as the operator talked to the state store before 0d3dfad. */
   @Benchmark
   def storedRoundTripViaRow(): Row = buffers.toExternal(agg.toStored(agg.fromStored(buffers.toInternal(storedExternal))))
+
+  /** The same round trip through UnsafeRow bytes, as the operator keeps open windows in state now. */
+  @Benchmark
+  def storedRoundTripViaBytes(): Array[Byte] = {
+    val row = UnsafeRowBytes.rows(storedBytes, agg.bufferSchema.length).next()
+    bytesWriter.add(agg.toStored(agg.fromStored(row)))
+    bytesWriter.result()
+  }
 
   /** evaluate + result projection: the output row of one closed window. */
   @Benchmark
