@@ -58,11 +58,12 @@ object PartialAggregation {
 
   /**
    * @param input     rows with the key columns first, then the event time (micros), then the
-   *                  aggregates' inputs
+   *                  aggregates' inputs, the policy's columns (found by name), the invalid-row
+   *                  reason code `kw_invalid_code` and, with `keepRows`, the original row
    * @param keyCount  number of key columns
    * @param keepRows  the last input column is the original row (a struct): keep each row in
-   *                  the partial that counts it, as a last column `kw_kept_rows`, so that the
-   *                  operator can emit it if it turns out late
+   *                  the partial that counts it, as the payload's last field `kw_kept_rows`,
+   *                  so that the operator can emit it if it turns out late
    */
   def apply(
       input: DataFrame,

@@ -28,13 +28,28 @@ private[keyedwatermarks] object UnsafeRowBytes {
   }
 
   /**
-   * Several rows of one schema in one array: each row's size (8 bytes, so every row stays
-   * word-aligned), then its bytes.
+   * A fingerprint of a schema (stable across JVMs), written first by a [[Writer]]: bytes
+   * written for another schema (another query's aggregates restarted on the same checkpoint,
+   * whose state schema Spark can no longer compare inside a BINARY) are refused, not misread.
+   */
+  def fingerprint(schema: StructType): Long = scala.util.hashing.MurmurHash3.stringHash(schema.json).toLong
+
+  /**
+   * Several rows of one schema in one array: the schema's fingerprint, then per row its size
+   * (8 bytes, so every row stays word-aligned) and its bytes.
    */
   final class Writer(schema: StructType) {
     private val project = UnsafeProjection.create(schema)
+    private val header = fingerprint(schema)
     private var buffer = new Array[Byte](256)
     private var size = 0
+    reset()
+
+    /** Drops what was added since the last result(). */
+    def reset(): Unit = {
+      Platform.putLong(buffer, Platform.BYTE_ARRAY_OFFSET, header)
+      size = 8
+    }
 
     def add(row: InternalRow): Unit = {
       val unsafe = project(row)
@@ -45,24 +60,35 @@ private[keyedwatermarks] object UnsafeRowBytes {
       size += 8 + n
     }
 
-    /** The rows added since the last result(), and starts over. */
+    /** The rows added since the last result() (or reset()), and starts over. */
     def result(): Array[Byte] = {
       val out = java.util.Arrays.copyOf(buffer, size)
-      size = 0
+      reset()
       out
     }
   }
 
-  /** The rows a [[Writer]] wrote, each over `bytes` (not copied). */
-  def rows(bytes: Array[Byte], numFields: Int): Iterator[UnsafeRow] = new Iterator[UnsafeRow] {
-    private var pos = 0
-    def hasNext: Boolean = pos < bytes.length
-    def next(): UnsafeRow = {
-      val n = Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET + pos).toInt
-      val row = new UnsafeRow(numFields)
-      row.pointTo(bytes, Platform.BYTE_ARRAY_OFFSET + pos + 8, n)
-      pos += 8 + n
-      row
+  /**
+   * The rows a [[Writer]] for `schema` wrote, each over `bytes` (not copied). Bytes of another
+   * schema, or cut short, fail with an IllegalStateException saying `what` they were.
+   */
+  def rows(bytes: Array[Byte], schema: StructType, what: => String): Iterator[UnsafeRow] = {
+    if (bytes.length < 8 || Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET) != fingerprint(schema)) {
+      throw new IllegalStateException(s"$what: written for another schema (other aggregates, or another " +
+        "version of keyed-watermarks) than this query's; restart it from a new checkpoint location")
+    }
+    val numFields = schema.length
+    new Iterator[UnsafeRow] {
+      private var pos = 8
+      def hasNext: Boolean = pos < bytes.length
+      def next(): UnsafeRow = {
+        val n = if (pos + 8 <= bytes.length) Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET + pos) else -1L
+        if (n < 0 || n % 8 != 0 || pos + 8 + n > bytes.length) throw new IllegalStateException(s"$what: corrupt")
+        val row = new UnsafeRow(numFields)
+        row.pointTo(bytes, Platform.BYTE_ARRAY_OFFSET + pos + 8, n.toInt)
+        pos += 8 + n.toInt
+        row
+      }
     }
   }
 }

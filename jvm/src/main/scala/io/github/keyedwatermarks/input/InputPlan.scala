@@ -7,8 +7,9 @@ import io.github.keyedwatermarks.compat.SparkInternals
 
 /**
  * Validates the user's input and prepares the rows the operator consumes: the key columns,
- * the event time in microseconds, and only the columns the aggregates read. Rows with a null
- * key or null event time get an invalid-reason code here; the partial aggregation counts them
+ * the event time in microseconds, and only the columns the aggregates read. Rows that cannot
+ * be aggregated (null key, null event time, null source, a session gap ending before the row)
+ * get an invalid-reason code here (see InvalidRows); the partial aggregation counts them
  * (observed metrics) and never aggregates them.
  */
 final case class InputPlan(

@@ -13,7 +13,8 @@ import io.github.keyedwatermarks.watermark.{AdaptiveLateness, KeyWatermark, KeyW
  *  - `key_state`: one row per key, read once and written once per micro-batch: the key's
  *    watermark record (max event time, held watermark, last arrival, lateness, cumulative
  *    late rows and attempted regressions) and its open windows, each (stored Catalyst
- *    aggregation buffer, revisions fired, end, start); a window that already fired stays only
+ *    aggregation buffer, revisions fired, end, start, changed since it fired), all in one
+ *    BINARY of UnsafeRows (see [[KeyState.keySchema]]); a window that already fired stays only
  *    with allowed lateness. One row instead of a row per window saves the state store a
  *    lookup, a write and a prefix scan per (key, window) and batch, and the per-row overhead;
  *    a key has few open windows at a time (those its watermark has not passed);
@@ -26,7 +27,7 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, 
   import KeyState._
 
   private val keyState: ValueState[Row] =
-    handle.getValueState("key_state", Encoders.row(keySchema(bufferSchema)), TTLConfig.NONE)
+    handle.getValueState("key_state", Encoders.row(keySchema), TTLConfig.NONE)
 
   private val sketchState: Option[ValueState[Row]] = policy.lateness match {
     case _: AdaptiveLateness =>
@@ -37,8 +38,8 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, 
   val sources: Option[MapState[String, Row]] = policy.sources.map(_ =>
     handle.getMapState("source_watermarks", Encoders.STRING, Encoders.row(SourceSchema), TTLConfig.NONE))
 
-  private val windowFields = windowSchema(bufferSchema).length
-  private val windowWriter = new UnsafeRowBytes.Writer(windowSchema(bufferSchema))
+  private val windows = windowSchema(bufferSchema)
+  private val windowWriter = new UnsafeRowBytes.Writer(windows)
 
   /**
    * The key's watermark record and its open windows (rows of [[windowSchema]], each over the
@@ -49,12 +50,13 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, 
     val r = keyState.get()
     if (r != null) {
       (new KeyWatermarkState(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
-        r.getLong(6)), UnsafeRowBytes.rows(r.getAs[Array[Byte]](7), windowFields))
+        r.getLong(6)), UnsafeRowBytes.rows(r.getAs[Array[Byte]](7), windows, "the open windows in state"))
     } else (KeyWatermark.fresh(policy.latenessMicros), Iterator.empty)
   }
 
   /** Writes the record and the open windows (rows of [[windowSchema]]). */
   def store(s: KeyWatermarkState, windows: Iterator[InternalRow]): Unit = {
+    windowWriter.reset()
     windows.foreach(windowWriter.add)
     keyState.update(Row(s.maxEventTime, s.watermark, s.arrivalWatermark, s.lastArrivalMs, s.latenessMicros,
       s.lateRows, s.regressions, windowWriter.result()))
@@ -90,8 +92,11 @@ object KeyState {
     "max_event_time_us", "watermark_us", "arrival_watermark_us", "last_arrival_ms", "lateness_us",
     "late_rows", "regressions").map(StructField(_, LongType, nullable = false)))
 
-  /** The open windows are one BINARY value: rows of [[windowSchema]] (compat.UnsafeRowBytes). */
-  def keySchema(bufferSchema: StructType): StructType =
+  /**
+   * The open windows are one BINARY value: rows of [[windowSchema]] (compat.UnsafeRowBytes),
+   * after a fingerprint of that schema, which load() checks (Spark cannot look inside).
+   */
+  def keySchema: StructType =
     WatermarkSchema.add(StructField("open_windows", BinaryType, nullable = false))
 
   val SourceSchema: StructType = StructType(Seq(

@@ -144,7 +144,7 @@ class AggregationBench {
   /** The same round trip through UnsafeRow bytes, as the operator keeps open windows in state now. */
   @Benchmark
   def storedRoundTripViaBytes(): Array[Byte] = {
-    val row = UnsafeRowBytes.rows(storedBytes, agg.bufferSchema.length).next()
+    val row = UnsafeRowBytes.rows(storedBytes, agg.bufferSchema, "bench").next()
     bytesWriter.add(agg.toStored(agg.fromStored(row)))
     bytesWriter.result()
   }
