@@ -28,19 +28,16 @@ private[keyedwatermarks] object UnsafeRowBytes {
   }
 
   /**
-   * A fingerprint of a schema (stable across JVMs), written first by a [[Writer]]: bytes
-   * written for another schema (another query's aggregates restarted on the same checkpoint,
-   * whose state schema Spark can no longer compare inside a BINARY) are refused, not misread.
+   * Several rows of one schema in one array: a fingerprint of the schema, then per row its
+   * size (8 bytes, so every row stays word-aligned) and its bytes. The fingerprint (stable
+   * across JVMs) makes bytes written for another schema (another query's aggregates restarted
+   * on the same checkpoint: Spark's state-schema check cannot look inside a BINARY) fail
+   * clearly instead of being misread. Writes reuse one buffer: one codec per thread.
    */
-  def fingerprint(schema: StructType): Long = scala.util.hashing.MurmurHash3.stringHash(schema.json).toLong
-
-  /**
-   * Several rows of one schema in one array: the schema's fingerprint, then per row its size
-   * (8 bytes, so every row stays word-aligned) and its bytes.
-   */
-  final class Writer(schema: StructType) {
+  final class RowsCodec(schema: StructType) {
     private val project = UnsafeProjection.create(schema)
-    private val header = fingerprint(schema)
+    private val numFields = schema.length
+    private val header = scala.util.hashing.MurmurHash3.stringHash(schema.json).toLong
     private var buffer = new Array[Byte](256)
     private var size = 0
     reset()
@@ -66,28 +63,27 @@ private[keyedwatermarks] object UnsafeRowBytes {
       reset()
       out
     }
-  }
 
-  /**
-   * The rows a [[Writer]] for `schema` wrote, each over `bytes` (not copied). Bytes of another
-   * schema, or cut short, fail with an IllegalStateException saying `what` they were.
-   */
-  def rows(bytes: Array[Byte], schema: StructType, what: => String): Iterator[UnsafeRow] = {
-    if (bytes.length < 8 || Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET) != fingerprint(schema)) {
-      throw new IllegalStateException(s"$what: written for another schema (other aggregates, or another " +
-        "version of keyed-watermarks) than this query's; restart it from a new checkpoint location")
-    }
-    val numFields = schema.length
-    new Iterator[UnsafeRow] {
-      private var pos = 8
-      def hasNext: Boolean = pos < bytes.length
-      def next(): UnsafeRow = {
-        val n = if (pos + 8 <= bytes.length) Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET + pos) else -1L
-        if (n < 0 || n % 8 != 0 || pos + 8 + n > bytes.length) throw new IllegalStateException(s"$what: corrupt")
-        val row = new UnsafeRow(numFields)
-        row.pointTo(bytes, Platform.BYTE_ARRAY_OFFSET + pos + 8, n.toInt)
-        pos += 8 + n.toInt
-        row
+    /**
+     * The rows written by a codec of this schema, each over `bytes` (not copied). Bytes of
+     * another schema, or cut short, fail with an IllegalStateException saying `what` they were.
+     */
+    def rows(bytes: Array[Byte], what: => String): Iterator[UnsafeRow] = {
+      if (bytes.length < 8 || Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET) != header) {
+        throw new IllegalStateException(s"$what: written for another schema (other aggregates, or another " +
+          "version of keyed-watermarks) than this query's; restart it from a new checkpoint location")
+      }
+      new Iterator[UnsafeRow] {
+        private var pos = 8
+        def hasNext: Boolean = pos < bytes.length
+        def next(): UnsafeRow = {
+          val n = if (pos + 8 <= bytes.length) Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET + pos) else -1L
+          if (n < 0 || n % 8 != 0 || pos + 8 + n > bytes.length) throw new IllegalStateException(s"$what: corrupt")
+          val row = new UnsafeRow(numFields)
+          row.pointTo(bytes, Platform.BYTE_ARRAY_OFFSET + pos + 8, n.toInt)
+          pos += 8 + n.toInt
+          row
+        }
       }
     }
   }

@@ -38,8 +38,7 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, 
   val sources: Option[MapState[String, Row]] = policy.sources.map(_ =>
     handle.getMapState("source_watermarks", Encoders.STRING, Encoders.row(SourceSchema), TTLConfig.NONE))
 
-  private val windows = windowSchema(bufferSchema)
-  private val windowWriter = new UnsafeRowBytes.Writer(windows)
+  private val windows = new UnsafeRowBytes.RowsCodec(windowSchema(bufferSchema))
 
   /**
    * The key's watermark record and its open windows (rows of [[windowSchema]], each over the
@@ -50,16 +49,16 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, 
     val r = keyState.get()
     if (r != null) {
       (new KeyWatermarkState(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
-        r.getLong(6)), UnsafeRowBytes.rows(r.getAs[Array[Byte]](7), windows, "the open windows in state"))
+        r.getLong(6)), windows.rows(r.getAs[Array[Byte]](7), "the open windows in state"))
     } else (KeyWatermark.fresh(policy.latenessMicros), Iterator.empty)
   }
 
   /** Writes the record and the open windows (rows of [[windowSchema]]). */
-  def store(s: KeyWatermarkState, windows: Iterator[InternalRow]): Unit = {
-    windowWriter.reset()
-    windows.foreach(windowWriter.add)
+  def store(s: KeyWatermarkState, open: Iterator[InternalRow]): Unit = {
+    windows.reset()
+    open.foreach(windows.add)
     keyState.update(Row(s.maxEventTime, s.watermark, s.arrivalWatermark, s.lastArrivalMs, s.latenessMicros,
-      s.lateRows, s.regressions, windowWriter.result()))
+      s.lateRows, s.regressions, windows.result()))
   }
 
   def loadSketch(relativeError: Double): QuantileSketch =

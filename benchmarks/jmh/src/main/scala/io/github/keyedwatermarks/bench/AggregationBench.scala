@@ -74,7 +74,7 @@ class AggregationBench {
   private var live: InternalRow = _
   private var storedExternal: Row = _
   private var buffers: RowConverter = _
-  private var bytesWriter: UnsafeRowBytes.Writer = _
+  private var bytesCodec: UnsafeRowBytes.RowsCodec = _
   private var storedBytes: Array[Byte] = _
   private var group: InternalRow = _
 
@@ -107,9 +107,9 @@ class AggregationBench {
     stored = agg.toStored(full).copy()
     buffers = new RowConverter(agg.bufferSchema)
     storedExternal = buffers.toExternal(stored)
-    bytesWriter = new UnsafeRowBytes.Writer(agg.bufferSchema)
-    bytesWriter.add(stored)
-    storedBytes = bytesWriter.result()
+    bytesCodec = new UnsafeRowBytes.RowsCodec(agg.bufferSchema)
+    bytesCodec.add(stored)
+    storedBytes = bytesCodec.result()
     group = InternalRow(device, InternalRow(EventTimes.Origin, EventTimes.Origin + EventTimes.WindowMicros))
   }
 
@@ -144,9 +144,9 @@ class AggregationBench {
   /** The same round trip through UnsafeRow bytes, as the operator keeps open windows in state now. */
   @Benchmark
   def storedRoundTripViaBytes(): Array[Byte] = {
-    val row = UnsafeRowBytes.rows(storedBytes, agg.bufferSchema, "bench").next()
-    bytesWriter.add(agg.toStored(agg.fromStored(row)))
-    bytesWriter.result()
+    val row = bytesCodec.rows(storedBytes, "bench").next()
+    bytesCodec.add(agg.toStored(agg.fromStored(row)))
+    bytesCodec.result()
   }
 
   /** evaluate + result projection: the output row of one closed window. */
