@@ -101,12 +101,13 @@ object ProjectedInput {
     val projected = plan.events.select((columns :+ reason.as(InvalidReasonCode)) ++ original: _*)
     val keySchema = StructType(projected.schema.take(plan.keys.size))
     // Kept rows: the invalid ones too, with the reason, so nothing leaves the query unseen.
-    val invalid = if (!keepRows) None else Some(plan.events
-      .where(anyKeyNull || eventTimeNull || sourceNull || badGap)
-      .select(plan.keyColumns.zipWithIndex.map { case (c, i) => c.as(keyColumnName(i)) } ++ Seq(
-        F.when(anyKeyNull, "null key").when(eventTimeNull, "null event time").when(sourceNull, "null source")
-          .otherwise("null or non-positive session gap").as(InvalidReason),
-        original.head): _*))
+    val invalid = if (!keepRows) None else {
+      val coded = plan.events.select((keyColumns :+ reason.as(InvalidReasonCode)) ++ original: _*)
+      val code = coded.col(InvalidReasonCode)
+      Some(coded.where(code =!= InvalidRows.Valid)
+        .select(plan.keys.indices.map(i => coded.col(keyColumnName(i))) ++ Seq(
+          InvalidRows.describe(code).as(InvalidReason), coded.col(OriginalRow)): _*))
+    }
     ProjectedInput(projected, keySchema, keepRows, invalid)
   }
 }

@@ -23,6 +23,11 @@ object InvalidRows {
   val BadGap = 4
   val Reasons: Seq[Int] = Seq(NullKey, NullEventTime, NullSource, BadGap)
 
+  /** The reason, in words, for a kept invalid row (`kw_reason`) with this code. */
+  def describe(code: Column): Column =
+    F.when(code === NullKey, "null key").when(code === NullEventTime, "null event time")
+      .when(code === NullSource, "null source").otherwise("null or non-positive session gap")
+
   /**
    * The window start of a sentinel partial: far below any real window (TIMESTAMP's minimum,
    * year 1, is about -6.2e16 microseconds).
