@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -55,8 +56,15 @@ def run(df: DataFrame, root: Path, name: str) -> Tuple[DataFrame, list]:
     query's progress reports."""
     out, checkpoint = root / f"{name}-out", root / f"{name}-checkpoint"
     query = run_to_end(df, out, checkpoint)
+    run.last_plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
     written = df.sparkSession.read.schema(df.schema).parquet(str(out))
     return written.withColumn("ws_us", F.unix_micros("window.start")), query.recentProgress
+
+
+def partials_path() -> str:
+    """How the last query run() ran its partial aggregation: 'fixed-width' (partials in Spark's
+    UnsafeFixedWidthAggregationMap) or 'on-heap'."""
+    return re.search(r"KeyedPartialAggregate .* partials=([a-z-]+)", run.last_plan).group(1)
 
 
 def close(a, b) -> bool:
@@ -104,6 +112,26 @@ def oracle_aggs() -> list:
         F.sum("temp") / F.count("*"),
         F.min("label"),
         F.max("label"),
+    ]
+
+
+def fixed_width_aggs() -> list:
+    """Aggregates whose buffers are all fixed-width (numbers), so the partials live in Spark's
+    UnsafeFixedWidthAggregationMap; approx_count_distinct is an imperative aggregate there."""
+    return [
+        F.count("*"),
+        F.count("temp"),
+        F.sum("temp"),
+        F.avg("temp"),
+        F.min("temp"),
+        F.max("temp"),
+        F.max("ts"),
+        F.first("temp"),
+        F.last("temp"),
+        F.stddev("temp"),
+        F.variance("temp"),
+        F.approx_count_distinct("label"),
+        F.sum("temp") / F.count("*"),
     ]
 
 
@@ -177,8 +205,12 @@ def to_spark_rows(rows) -> List[tuple]:
     return [(d, ts(t), temp, label, f"{d}@{window_start(t)}") for d, t, temp, label in rows]
 
 
-@pytest.mark.parametrize("seed", [7, 2024])
-def test_batch_oracle(spark, workdir, seed):
+@pytest.mark.parametrize(
+    "seed,aggs,path",
+    [(7, oracle_aggs, "on-heap"), (2024, oracle_aggs, "on-heap"), (7, fixed_width_aggs, "fixed-width")],
+    ids=["7-all", "2024-all", "7-fixed-width"],
+)
+def test_batch_oracle(spark, workdir, seed, aggs, path):
     batches = generate(seed)
     on_time, late_reports, late_per_batch, final_wm = contract(batches)
     n_rows = sum(len(b) for b in batches)
@@ -192,7 +224,8 @@ def test_batch_oracle(spark, workdir, seed):
     events = replay.stream()
 
     keyed = kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS).window(SIZE)
-    ours_df, progress = run(keyed.agg_with_report(*oracle_aggs()), workdir, "ours")
+    ours_df, progress = run(keyed.agg_with_report(*aggs()), workdir, "ours")
+    assert partials_path() == path
     ours = ours_df.collect()
 
     # Report rows: one per key and batch with late rows, watermark at the start of the batch.
@@ -233,7 +266,7 @@ def test_batch_oracle(spark, workdir, seed):
 
     # Spark's batch aggregation over exactly the on-time rows.
     on_time_df = spark.createDataFrame(to_spark_rows(on_time), ORACLE_SCHEMA)
-    reference = on_time_df.groupBy("device", F.window("ts", SIZE)).agg(*oracle_aggs())
+    reference = on_time_df.groupBy("device", F.window("ts", SIZE)).agg(*aggs())
     expected = {
         (r["device"], r["ws_us"]): r
         for r in reference.withColumn("ws_us", F.unix_micros("window.start")).collect()
@@ -347,7 +380,12 @@ def no_late_stream(seed: int, keys: Sequence[Tuple[str, str]], batches: int, jit
     return out
 
 
-def compare_with_spark(spark, workdir, batches, keys: List[str], slide: Optional[str] = None):
+def numeric_stream_aggs() -> list:
+    """stream_aggs without collect_list: every buffer fixed-width (the fixed-width partials)."""
+    return [a for a in stream_aggs() if "temps" not in str(a)]
+
+
+def compare_with_spark(spark, workdir, batches, keys: List[str], slide: Optional[str] = None, aggs=stream_aggs):
     replay = Replay(spark, workdir, STREAM_SCHEMA)
     replay.add_all([(s, d, ts(t), temp) for s, d, t, temp in b] for b in batches)
     events = replay.stream()
@@ -355,14 +393,15 @@ def compare_with_spark(spark, workdir, batches, keys: List[str], slide: Optional
     ours_df, ours_progress = run(
         kw.keyed_watermark(events, key=keys if len(keys) > 1 else keys[0], event_time="ts", lateness=LATENESS)
         .window(SIZE, slide=slide)
-        .agg(*stream_aggs()),
+        .agg(*aggs()),
         workdir,
         "ours",
     )
+    assert partials_path() == ("fixed-width" if aggs is numeric_stream_aggs else "on-heap")
     spark_df, spark_progress = run(
         events.withWatermark("ts", LATENESS)
         .groupBy(*keys, F.window("ts", SIZE) if slide is None else F.window("ts", SIZE, slide))
-        .agg(*stream_aggs()),
+        .agg(*aggs()),
         workdir,
         "spark",
     )
@@ -432,6 +471,16 @@ def test_many_sliding_windows_per_row_match_spark_streaming(spark, workdir):
     batches = no_late_stream(32, [("s1", "a"), ("s2", "b")], batches=4, jitter_us=0)
     out = compare_with_spark(spark, workdir, batches, ["device"], slide="1 second")
     assert len(out) >= 40
+
+
+@pytest.mark.parametrize("slide", [None, "5 seconds", "1 second"])
+def test_fixed_width_partials_match_spark_streaming(spark, workdir, slide):
+    # Numeric aggregates only: the partials live in Spark's UnsafeFixedWidthAggregationMap,
+    # with a composite key and out-of-order rows (jitter) for tumbling windows.
+    keys = [("s1", "a"), ("s1", "b"), ("s2", "a")]
+    batches = no_late_stream(41, keys, batches=5, jitter_us=3 * SEC if slide is None else 0)
+    out = compare_with_spark(spark, workdir, batches, ["site", "device"], slide=slide, aggs=numeric_stream_aggs)
+    assert {k[:2] for k in out} == set(keys)
 
 
 def test_composite_key_matches_spark_streaming(spark, workdir):

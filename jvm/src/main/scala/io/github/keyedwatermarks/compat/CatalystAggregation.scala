@@ -4,7 +4,7 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate._
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
-import org.apache.spark.sql.types.{StructField, StructType}
+import org.apache.spark.sql.types.{LongType, StructField, StructType}
 
 /**
  * Evaluates the Catalyst aggregate functions that Spark resolved for
@@ -109,6 +109,22 @@ final class CatalystAggregation private (
     updateProjection.target(buffer)(joined(buffer, input))
     var i = 0
     while (i < imperatives.length) { imperatives(i).update(buffer, input); i += 1 }
+  }
+
+  /**
+   * update() for a buffer row that has `trailing` more fields after the buffer fields (a
+   * payload in FixedWidthPartials' map): the declarative projection reads the input after them.
+   */
+  def updaterWithTrailingFields(trailing: Int): (InternalRow, InternalRow) => Unit = {
+    val padding = Seq.tabulate(trailing)(i => AttributeReference(s"trailing$i", LongType)())
+    val projection = MutableProjection.create(
+      declarativeOrNoOp(_.updateExpressions), bufferAttributes ++ padding ++ inputAttributes)
+    val bufferAndInput = new JoinedRow
+    (buffer, input) => {
+      projection.target(buffer)(bufferAndInput(buffer, input))
+      var i = 0
+      while (i < imperatives.length) { imperatives(i).update(buffer, input); i += 1 }
+    }
   }
 
   /** Merges a stored (or live) buffer into a live one. */

@@ -13,7 +13,9 @@ import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
 import org.apache.spark.sql.catalyst.util.{ArrayData, GenericArrayData}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
-import org.apache.spark.sql.types.{ArrayType, BinaryType, LongType, StringType, StructType}
+import org.apache.spark.sql.execution.UnsafeFixedWidthAggregationMap
+import org.apache.spark.sql.execution.metric.{SQLMetric, SQLMetrics}
+import org.apache.spark.sql.types.{ArrayType, BinaryType, DataType, LongType, StringType, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
 import io.github.keyedwatermarks.input.{InvalidRows, ProjectedInput}
@@ -151,6 +153,22 @@ case class KeyedPartialAggregateExec(
   override protected def withNewChildInternal(newChild: SparkPlan): KeyedPartialAggregateExec = copy(child = newChild)
   override def producedAttributes: AttributeSet = AttributeSet(output.filterNot(keys.contains))
 
+  /**
+   * Whether every payload field is fixed-width (the common case: tumbling or sliding windows
+   * or sessions, numeric count/sum/avg/min/max, no kept rows, event times or sources): then the
+   * partials live in Spark's own UnsafeFixedWidthAggregationMap (see [[FixedWidthPartials]]).
+   */
+  private def fixedWidth: Boolean = keptRow.isEmpty && !policy.eventTimes && policy.source.isEmpty &&
+    UnsafeFixedWidthAggregationMap.supportsAggregationBufferSchema(payload)
+
+  override lazy val metrics: Map[String, SQLMetric] = Map(
+    "numPartials" -> SQLMetrics.createMetric(sparkContext, "number of partials"),
+    "mapFlushes" -> SQLMetrics.createMetric(sparkContext, "partial map flushes (task memory full)"))
+
+  // Shown in explain() and the SQL UI; tests check which path a query takes.
+  override def simpleString(maxFields: Int): String =
+    s"KeyedPartialAggregate keys=${keys.mkString("[", ", ", "]")} partials=${if (fixedWidth) "fixed-width" else "on-heap"}"
+
   override protected def doExecute(): RDD[InternalRow] = {
     val agg = aggregation
     val assigner = windows
@@ -162,182 +180,151 @@ case class KeyedPartialAggregateExec(
     val payloadSchema = payload
     val kept = keptRow
     val policyCols = policy
+    val useFixedWidth = fixedWidth
+    val numPartials = longMetric("numPartials")
+    val mapFlushes = longMetric("mapFlushes")
     child.execute().mapPartitions { rows =>
       val reorder: InternalRow => InternalRow =
         if (childOutput.map(_.exprId) == in.map(_.exprId)) identity else UnsafeProjection.create(in, childOutput)
-      // Grouping key (keys..., window start) over JoinedRow(input row, window start).
-      val windowStart = new SpecificInternalRow(Seq(LongType))
-      val withStart = new JoinedRow
-      // The source (min of inputs) is part of the grouping: the operator needs each source's max.
-      val groupKey = UnsafeProjection.create(
-        (keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+ BoundReference(in.size, LongType, nullable = false)) ++
+      def ordinal(a: Option[Attribute]): Int = a.map(x => in.indexWhere(_.exprId == x.exprId)).getOrElse(-1)
+      val columns = PartialInputs(
+        keyCount = keyAttrs.size,
+        eventTime = ordinal(Some(ts)),
+        lateness = ordinal(policyCols.lateness),
+        sessionEnd = ordinal(policyCols.gap),
+        eventTimes = policyCols.eventTimes,
+        kept = ordinal(kept),
+        keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0),
+        stringKey =
+          if (keyAttrs.size == 1 && keyAttrs.head.dataType == StringType && policyCols.source.isEmpty) {
+            ordinal(keyAttrs.headOption)
+          } else -1,
+        // (keys..., window start[, source]): the source (min of inputs) is part of the grouping,
+        // because the operator needs each source's max.
+        groupKey = (keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+
+          BoundReference(in.size, LongType, nullable = false)) ++
           policyCols.source.map(s => BindReferences.bindReference[Expression](s, in)).toSeq)
-      val latenessOrdinal = policyCols.lateness.map(l => in.indexWhere(_.exprId == l.exprId)).getOrElse(-1)
-      val gapOrdinal = policyCols.gap.map(g => in.indexWhere(_.exprId == g.exprId)).getOrElse(-1)
-      val tsOrdinal = in.indexWhere(_.exprId == ts.exprId)
-      val invalidOrdinal = in.indexWhere(_.name == ProjectedInput.InvalidReasonCode)
-      // Per reason: how many invalid rows, and the first one (its key labels the sentinel).
-      val invalidCounts = new Array[Long](InvalidRows.Reasons.max + 1)
-      val invalidFirst = new Array[InternalRow](InvalidRows.Reasons.max + 1)
-      val keptOrdinal = kept.map(k => in.indexWhere(_.exprId == k.exprId)).getOrElse(-1)
-      val keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0)
-      val partials = new JLinkedHashMap[UnsafeRow, Partial]()
-      // Fast path for the common single STRING key without sources: partials by key value,
-      // looked up with the row's own UTF8String (no grouping-key projection); the key's first
-      // partial holds the others (see Partial.find).
-      val stringKeyOrdinal =
-        if (keyAttrs.size == 1 && keyAttrs.head.dataType == StringType && policyCols.source.isEmpty) {
-          in.indexWhere(_.exprId == keyAttrs.head.exprId)
-        } else -1
-      val byStringKey = new java.util.HashMap[UTF8String, Partial](4096)
-      def lookup(row: InternalRow, start: Long): Partial =
-        if (stringKeyOrdinal >= 0) {
-          val k = row.getUTF8String(stringKeyOrdinal)
-          val first = byStringKey.get(k)
-          var partial = if (first == null) null else first.find(start)
-          if (partial == null) {
-            partial = new Partial(agg.newBuffer(), start)
-            if (first == null) byStringKey.put(k.clone(), partial) else first.add(partial)
-          }
-          partial
-        } else {
-          windowStart.setLong(0, start)
-          val key = groupKey(withStart(row, windowStart))
-          var partial = partials.get(key)
-          if (partial == null) {
-            partial = new Partial(agg.newBuffer(), start)
-            partials.put(key.copy(), partial)
-          }
-          partial
-        }
-      while (rows.hasNext) {
-        val row0 = reorder(rows.next())
-        val invalid = if (invalidOrdinal >= 0) row0.getInt(invalidOrdinal) else InvalidRows.Valid
-        if (invalid != InvalidRows.Valid) {
-          if (invalidCounts(invalid) == 0) invalidFirst(invalid) = row0.copy()
-          invalidCounts(invalid) += 1
-        } else {
-          val row = if (agg.retainsInputReferences) row0.copy() else row0
-          val t = row.getLong(tsOrdinal)
-          var last = true
-          assigner.foreachWindowStart(t) { start =>
-            val partial = lookup(row, start)
-            agg.update(partial.buffer, row)
-            // A row is counted (for late accounting) in its last window only: it is late iff
-            // that window, the last of its windows to close, is closed.
-            if (last) {
-              partial.rows += 1
-              if (keptOrdinal >= 0) partial.keep(row.getStruct(keptOrdinal, keptWidth).copy())
-              if (policyCols.eventTimes) partial.eventTimes += t
-              last = false
-            }
-            if (t > partial.maxEventTime) partial.maxEventTime = t
-            if (latenessOrdinal >= 0) {
-              val l = row.getLong(latenessOrdinal)
-              if (l > partial.maxLateness) partial.maxLateness = l
-            }
-            if (gapOrdinal >= 0) {
-              val end = row.getLong(gapOrdinal)
-              if (end > partial.maxEnd) partial.maxEnd = end
-            }
-          }
-        }
-      }
-      val n = keyAttrs.size
-      val projectPayload = UnsafeProjection.create(payloadSchema)
-      val project = UnsafeProjection.create(
-        outAttrs.indices.map(i => BoundReference(i, outAttrs(i).dataType, outAttrs(i).nullable)))
-      val outer = new SpecificInternalRow(outAttrs.map(_.dataType))
-      val meta = new SpecificInternalRow(Seq(LongType, LongType, LongType))
-      val policyTypes = policyCols.lateness.map(_ => LongType).toSeq ++ policyCols.gap.map(_ => LongType).toSeq ++
-        (if (policyCols.eventTimes) Seq(ArrayType(LongType, containsNull = false)) else Nil) ++
-        policyCols.source.map(_.dataType).toSeq
-      val policyPart = new SpecificInternalRow(policyTypes ++ kept.map(_.dataType).toSeq)
-      // (key values, window start, partial) of every partial, from whichever map was used.
-      val entries: Iterator[(InternalRow, Long, Partial)] =
-        if (stringKeyOrdinal >= 0) {
-          byStringKey.entrySet().iterator().asScala.flatMap { e =>
-            val keyRow = InternalRow(e.getKey)
-            e.getValue.ofKey.map(p => (keyRow, p.start, p))
-          }
-        } else partials.entrySet().iterator().asScala.map(e => (e.getKey, e.getValue.start, e.getValue))
-      val sentinels: Iterator[(InternalRow, Long, Partial)] = InvalidRows.Reasons.iterator
-        .filter(r => invalidCounts(r) > 0).map { r =>
-          val p = new Partial(agg.newBuffer(), InvalidRows.sentinelStart(r))
-          p.rows = invalidCounts(r)
-          // The sentinel's key (and source) columns, from its first row; a null source stays null.
-          val first = invalidFirst(r)
-          val key = InternalRow.fromSeq(keyAttrs.indices.map(i => first.get(i, keyAttrs(i).dataType)) ++ Seq(0L) ++
-            policyCols.source.map(s => first.get(in.indexWhere(_.exprId == s.exprId), s.dataType)).toSeq)
-          (key, InvalidRows.sentinelStart(r), p)
-        }
-      (entries ++ sentinels).map { case (key, start, p) =>
-        meta.setLong(0, start)
-        meta.setLong(1, p.rows)
-        meta.setLong(2, p.maxEventTime)
-        var i = 0
-        if (policyCols.lateness.isDefined) { policyPart.setLong(i, p.maxLateness); i += 1 }
-        if (policyCols.gap.isDefined) { policyPart.setLong(i, p.maxEnd); i += 1 }
-        if (policyCols.eventTimes) { policyPart.update(i, new GenericArrayData(p.eventTimes.toArray[Any])); i += 1 }
-        policyCols.source.foreach { s => policyPart.update(i, key.get(n + 1, s.dataType)); i += 1 }
-        if (keptOrdinal >= 0) policyPart.update(i, p.keptRows)
-        outer.update(0, UnsafeRowBytes.bytes(projectPayload(new JoinedRow(new JoinedRow(agg.toStored(p.buffer), meta),
-          policyPart))))
-        outer.setLong(1, start)
-        outer.setLong(2, p.rows)
-        i = 0
-        while (i < n) { outer.update(3 + i, key.get(i, keyAttrs(i).dataType)); i += 1 }
-        project(outer)
-      }
+      val invalid = new InvalidRowCounter(in.indexWhere(_.name == ProjectedInput.InvalidReasonCode))
+      val out = new PartialOutput(payloadSchema, outAttrs, keyAttrs, agg, policyCols, kept.map(_.dataType))
+      val partials: PartitionPartials =
+        if (useFixedWidth) new FixedWidthPartials(agg, assigner, columns, payloadSchema, invalid, out, mapFlushes)
+        else new OnHeapPartials(agg, assigner, columns, invalid, out)
+      (partials.aggregate(rows.map(reorder)) ++ invalid.sentinels(agg, keyAttrs, policyCols, in, out))
+        .map { row => numPartials += 1; row }
     }
   }
 }
 
-/** One (key, window)'s partial within a partition: live buffer, window start, row count, max event time. */
-private final class Partial(val buffer: InternalRow, val start: Long) {
-  // Single-string-key path: a key's first partial holds the key's others. A key touches one or
-  // two windows in a batch (a few with sliding windows), so a short chain beats a map per key;
-  // sessions (a partial per distinct event time) can have many, so past 8 they go in a map.
-  private var next: Partial = null
-  private var chained = 0
-  private var more: scala.collection.mutable.LongMap[Partial] = null
+/** How one partition's rows become partials: [[FixedWidthPartials]] or [[OnHeapPartials]]. */
+private[compat] trait PartitionPartials {
+  /** Consumes the partition (skipping and counting invalid rows), then returns its partials as output rows. */
+  def aggregate(rows: Iterator[InternalRow]): Iterator[InternalRow]
+}
 
-  /** This key's partial of the window starting at `start`, or null. */
-  def find(start: Long): Partial =
-    if (this.start == start) this
-    else if (more != null) more.getOrNull(start)
-    else {
-      var p = next
-      while (p != null && p.start != start) p = p.next
-      p
-    }
+/**
+ * Where a partition's input columns are (ordinals into the input row; -1 when absent), and
+ * the grouping key of a partial, bound to `JoinedRow(input row, window start)`.
+ */
+private[compat] final case class PartialInputs(
+    keyCount: Int,
+    eventTime: Int,
+    lateness: Int,
+    sessionEnd: Int,
+    eventTimes: Boolean,
+    kept: Int,
+    keptWidth: Int,
+    stringKey: Int,
+    groupKey: Seq[Expression]) {
 
-  def add(p: Partial): Unit =
-    if (more != null) more.update(p.start, p)
-    else if (chained < 8) { p.next = next; next = p; chained += 1 }
-    else {
-      more = scala.collection.mutable.LongMap.empty[Partial]
-      var q = next
-      while (q != null) { more.update(q.start, q); q = q.next }
-      more.update(p.start, p)
-      next = null
-    }
-
-  /** This partial and the others of its key. */
-  def ofKey: Iterator[Partial] =
-    Iterator.single(this) ++ (if (more != null) more.valuesIterator
-                              else Iterator.iterate(next)(_.next).takeWhile(_ != null))
-
-  var rows: Long = 0L
-  var maxEventTime: Long = Long.MinValue
-  var maxLateness: Long = Long.MinValue
-  var maxEnd: Long = Long.MinValue
-  /** Event times of the rows this partial counts (adaptive lateness only). */
-  lazy val eventTimes = scala.collection.mutable.ArrayBuffer.empty[Long]
-  private var kept: scala.collection.mutable.ArrayBuffer[InternalRow] = null
-  def keep(row: InternalRow): Unit = {
-    if (kept == null) kept = scala.collection.mutable.ArrayBuffer.empty
-    kept += row
+  /** A projection to the grouping key; its result is reused by the next call. */
+  def groupKeyProjection(): (InternalRow, Long) => UnsafeRow = {
+    val project = UnsafeProjection.create(groupKey)
+    val start = new SpecificInternalRow(Seq(LongType))
+    val joined = new JoinedRow
+    (row, windowStart) => { start.setLong(0, windowStart); project(joined(row, start)) }
   }
-  def keptRows: ArrayData = new GenericArrayData(if (kept == null) Array.empty[Any] else kept.toArray[Any])
+}
+
+/** Counts the invalid rows of a partition per reason, keeping the first of each (its key labels the sentinel). */
+private final class InvalidRowCounter(reasonOrdinal: Int) {
+  val counts = new Array[Long](InvalidRows.Reasons.max + 1)
+  val first = new Array[InternalRow](InvalidRows.Reasons.max + 1)
+
+  /** True (and counted) if the row is invalid. */
+  def skip(row: InternalRow): Boolean = {
+    val reason = if (reasonOrdinal >= 0) row.getInt(reasonOrdinal) else InvalidRows.Valid
+    if (reason == InvalidRows.Valid) false
+    else {
+      if (counts(reason) == 0) first(reason) = row.copy()
+      counts(reason) += 1
+      true
+    }
+  }
+
+  /** One sentinel partial per reason that occurred (see input.InvalidRows), labelled with its first row's key. */
+  def sentinels(
+      agg: CatalystAggregation,
+      keyAttrs: Seq[Attribute],
+      policyCols: PolicyColumns,
+      in: Seq[Attribute],
+      out: PartialOutput): Iterator[InternalRow] =
+    InvalidRows.Reasons.iterator.filter(r => counts(r) > 0).map { r =>
+      val p = new Partial(agg.newBuffer(), InvalidRows.sentinelStart(r))
+      p.rows = counts(r)
+      // The sentinel's key (and source) columns, from its first row; a null source stays null.
+      val key = InternalRow.fromSeq(keyAttrs.indices.map(i => first(r).get(i, keyAttrs(i).dataType)) ++ Seq(0L) ++
+        policyCols.source.map(s => first(r).get(in.indexWhere(_.exprId == s.exprId), s.dataType)).toSeq)
+      out.generic(key, p.start, p)
+    }
+}
+
+/**
+ * Builds the output rows of the partial aggregation: payload bytes, window start, row count,
+ * keys. `keptType` is the type of a kept row, when rows are kept.
+ */
+private final class PartialOutput(
+    payloadSchema: StructType,
+    outAttrs: Seq[Attribute],
+    keyAttrs: Seq[Attribute],
+    agg: CatalystAggregation,
+    policyCols: PolicyColumns,
+    keptType: Option[DataType]) {
+  private val n = keyAttrs.size
+  private val keyTypes = keyAttrs.map(_.dataType).toArray
+  private val project = UnsafeProjection.create(
+    outAttrs.indices.map(i => BoundReference(i, outAttrs(i).dataType, outAttrs(i).nullable)))
+  private val outer = new SpecificInternalRow(outAttrs.map(_.dataType))
+  // Only for on-heap partials (the generic path and sentinels).
+  private lazy val projectPayload = UnsafeProjection.create(payloadSchema)
+  private lazy val meta = new SpecificInternalRow(Seq(LongType, LongType, LongType))
+  private lazy val policyPart = new SpecificInternalRow(
+    policyCols.lateness.map(_ => LongType).toSeq ++ policyCols.gap.map(_ => LongType).toSeq ++
+      (if (policyCols.eventTimes) Seq(ArrayType(LongType, containsNull = false)) else Nil) ++
+      policyCols.source.map(_.dataType).toSeq ++ keptType.toSeq)
+
+  /** The output row (reused by the next call) for a payload; `key` holds the key values first. */
+  def apply(key: InternalRow, start: Long, rows: Long, payload: Array[Byte]): InternalRow = {
+    outer.update(0, payload)
+    outer.setLong(1, start)
+    outer.setLong(2, rows)
+    var i = 0
+    while (i < n) { outer.update(3 + i, key.get(i, keyTypes(i))); i += 1 }
+    project(outer)
+  }
+
+  /** The output row of an on-heap [[Partial]]; `key` holds the key values, window start, then the source. */
+  def generic(key: InternalRow, start: Long, p: Partial): InternalRow = {
+    meta.setLong(0, start)
+    meta.setLong(1, p.rows)
+    meta.setLong(2, p.maxEventTime)
+    var i = 0
+    if (policyCols.lateness.isDefined) { policyPart.setLong(i, p.maxLateness); i += 1 }
+    if (policyCols.gap.isDefined) { policyPart.setLong(i, p.maxEnd); i += 1 }
+    if (policyCols.eventTimes) { policyPart.update(i, new GenericArrayData(p.eventTimes.toArray[Any])); i += 1 }
+    policyCols.source.foreach { s => policyPart.update(i, key.get(n + 1, s.dataType)); i += 1 }
+    if (keptType.isDefined) policyPart.update(i, p.keptRows)
+    val payload = UnsafeRowBytes.bytes(
+      projectPayload(new JoinedRow(new JoinedRow(agg.toStored(p.buffer), meta), policyPart)))
+    apply(key, start, p.rows, payload)
+  }
 }

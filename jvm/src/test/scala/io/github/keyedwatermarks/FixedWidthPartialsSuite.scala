@@ -1,0 +1,63 @@
+package io.github.keyedwatermarks
+
+import java.sql.Timestamp
+
+import org.apache.spark.sql.{Encoders, SparkSession}
+import org.apache.spark.sql.execution.streaming.runtime.{MemoryStream, StreamingQueryWrapper}
+import org.apache.spark.sql.functions._
+
+import io.github.keyedwatermarks.compat.KeyedPartialAggregateExec
+
+/**
+ * The fixed-width partials (Spark's UnsafeFixedWidthAggregationMap) when task memory runs out:
+ * the map's partials so far are output and a new map starts, so a (key, window) can have two
+ * partials from one partition, and nothing is lost. Own session: execution memory is made
+ * small (32 MiB for the whole JVM, 1 MiB pages) so that one partition's partials overflow it.
+ */
+class FixedWidthPartialsSuite extends SparkSuite {
+  override lazy val spark: SparkSession = SparkSession.builder()
+    .master("local[1]")
+    .appName(getClass.getSimpleName)
+    .config("spark.ui.enabled", "false")
+    .config("spark.sql.shuffle.partitions", "1")
+    .config("spark.sql.session.timeZone", "UTC")
+    .config("spark.testing.reservedMemory", "0")
+    .config("spark.testing.memory", (32L << 20).toString)
+    .config("spark.buffer.pageSize", "1m")
+    .config("spark.sql.streaming.stateStore.providerClass",
+      "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    .getOrCreate()
+
+  test("a full partial map is flushed and every row still counts once, with Spark's values") {
+    val input = MemoryStream[Event](spark, 1)(Encoders.product[Event])
+    val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "5 seconds").window("10 seconds")
+      .agg(count(lit(1)).as("n"), sum("temp").as("s"), max("temp").as("hi"))
+    val keys = 150000
+    // Per key: two rows in window [0, 10) and one at 30 s, which moves the key's watermark to
+    // 25 s and closes [0, 10) in this batch: 300k (key, window)s in one partition. Each pass
+    // goes over all keys, so a flush splits many (key, window)s into two partials.
+    def pass(seconds: Long, temp: Int => Double) =
+      (0 until keys).map(i => Event(s"device-$i", new Timestamp(seconds * 1000L), temp(i)))
+    input.addData(pass(1, _.toDouble) ++ pass(9, _ => 1.0) ++ pass(30, _ => -1.0))
+    val query = out.writeStream.format("memory").queryName("fixed_width_flush")
+      .option("checkpointLocation", tempDir()).outputMode("append").start()
+    try {
+      query.processAllAvailable()
+      val plan = query.asInstanceOf[StreamingQueryWrapper].streamingQuery.lastExecution.executedPlan
+      val partials = plan.collect { case p: KeyedPartialAggregateExec => p }
+      assert(partials.size == 1 && partials.head.simpleString(10).contains("partials=fixed-width"))
+      val flushes = partials.head.metrics("mapFlushes").value
+      assert(flushes >= 1, "the partial map should have run out of task memory at least once")
+      // More partials than (key, window)s: some (key, window)s were split by a flush.
+      assert(partials.head.metrics("numPartials").value > 2L * keys)
+      val rows = spark.table("fixed_width_flush").collect()
+      assert(rows.length == keys)
+      val wrong = rows.filterNot { r =>
+        val i = r.getString(0).stripPrefix("device-").toInt
+        r.getStruct(1).getTimestamp(0).getTime == 0L && r.getLong(2) == 2L &&
+          r.getDouble(3) == i + 1.0 && r.getDouble(4) == math.max(i.toDouble, 1.0)
+      }
+      assert(wrong.isEmpty, wrong.take(5).mkString(", "))
+    } finally query.stop()
+  }
+}
