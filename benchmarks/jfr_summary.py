@@ -64,9 +64,11 @@ AREAS: List[Tuple[str, Tuple[str, ...]]] = [
     ("ours: aggregate buffers (CatalystAggregation)", ("io.github.keyedwatermarks.compat.CatalystAggregation",)),
     ("ours: partial aggregation (KeyedPartialAggregateExec)", (
         "io.github.keyedwatermarks.compat.KeyedPartialAggregate", "io.github.keyedwatermarks.compat.Partial",
-        "io.github.keyedwatermarks.window.")),
+        "io.github.keyedwatermarks.compat.FixedWidthPartials", "io.github.keyedwatermarks.compat.OnHeapPartials",
+        "io.github.keyedwatermarks.compat.InvalidRowCounter", "io.github.keyedwatermarks.window.")),
     ("transformWithState operator (TransformWithStateExec)", ("TransformWithStateExec", "TransformWithState")),
-    ("native: hash aggregation", ("UnsafeFixedWidthAggregationMap", "BytesToBytesMap", "HashAggregateExec",
+    # Spark's BytesToBytesMap: native's hash aggregation, and ours in FixedWidthPartials.
+    ("hash aggregation map (native; ours: fixed-width partials)", ("UnsafeFixedWidthAggregationMap", "BytesToBytesMap", "HashAggregateExec",
                                   "TungstenAggregationIterator", "AggregationIterator", "agg_FastHashMap",
                                   "RowBasedKeyValueBatch", "ObjectHashAggregate", "MergingSessionsExec")),
     ("sort (SortExec, external sorter)", ("UnsafeExternalSorter", "UnsafeInMemorySorter", "SortExec",

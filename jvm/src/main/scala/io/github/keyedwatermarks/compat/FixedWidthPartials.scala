@@ -57,8 +57,10 @@ private[compat] final class FixedWidthPartials(
   private var map: UnsafeFixedWidthAggregationMap = newMap()
   task.addTaskCompletionListener[Unit](_ => map.free())
 
+  // Pages of at most 4 MiB: Spark's default page (up to 64 MiB, zeroed on allocation) is far
+  // more than a partition's partials need with few keys; the map adds pages as it grows.
   private def newMap() = new UnsafeFixedWidthAggregationMap(
-    emptyPayload, payload, keySchema, task, 1 << 16, SparkBridge.pageSizeBytes(task))
+    emptyPayload, payload, keySchema, task, 1 << 16, math.min(SparkBridge.pageSizeBytes(task), 4L << 20))
 
   override def aggregate(rows: Iterator[InternalRow]): Iterator[InternalRow] = {
     val flushed = ArrayBuffer.empty[InternalRow]
