@@ -520,7 +520,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--configs", default="", help="comma-separated config names, e.g. 'small/1k keys'")
     p.add_argument("--small-rows", type=int, default=10_000, help="rows per micro-batch, small batches")
     p.add_argument("--small-batches", type=int, default=20)
-    p.add_argument("--large-rows", type=int, default=250_000, help="rows per micro-batch, large batches")
+    p.add_argument("--large-rows", type=int, default=1_000_000, help="rows per micro-batch, large batches")
     p.add_argument("--large-batches", type=int, default=4)
     p.add_argument("--python-max-keys", type=int, default=1_000,
                    help="run the pure-Python competitor only on configurations with at most this "
