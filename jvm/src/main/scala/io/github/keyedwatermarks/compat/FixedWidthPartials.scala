@@ -42,6 +42,7 @@ private[compat] final class FixedWidthPartials(
   private val sessionEndOrdinal = if (columns.sessionEnd >= 0) buffers + 3 + (if (columns.lateness >= 0) 1 else 0) else -1
   private val groupKey = columns.groupKeyProjection()
   private val update = agg.updaterWithTrailingFields(payload.length - buffers)
+  private val slide = assigner.slideMicros
   private val keySchema = StructType(columns.groupKey.zipWithIndex.map { case (e, i) =>
     org.apache.spark.sql.types.StructField(s"k$i", e.dataType, e.nullable)
   })
@@ -68,8 +69,13 @@ private[compat] final class FixedWidthPartials(
       val row = rows.next()
       if (!invalid.skip(row)) {
         val t = row.getLong(columns.eventTime)
-        var last = true
-        assigner.foreachWindowStart(t) { start =>
+        // The row's windows, latest first (see WindowAssigner.foreachWindowStart; a loop here,
+        // not a closure per row).
+        val lastStart = assigner.lastWindowStart(t)
+        val windows = assigner.windowCount(t, lastStart)
+        var w = 0
+        while (w < windows) {
+          val start = lastStart - w * slide
           val key = groupKey(row, start)
           var p = map.getAggregationBufferFromUnsafeRow(key)
           if (p == null) {
@@ -83,7 +89,7 @@ private[compat] final class FixedWidthPartials(
           update(p, row)
           p.setLong(startOrdinal, start)
           // Counted in its last window only (see OnHeapPartials).
-          if (last) { p.setLong(rowsOrdinal, p.getLong(rowsOrdinal) + 1); last = false }
+          if (w == 0) p.setLong(rowsOrdinal, p.getLong(rowsOrdinal) + 1)
           if (t > p.getLong(maxEventTimeOrdinal)) p.setLong(maxEventTimeOrdinal, t)
           if (latenessOrdinal >= 0) {
             val l = row.getLong(columns.lateness)
@@ -93,6 +99,7 @@ private[compat] final class FixedWidthPartials(
             val end = row.getLong(columns.sessionEnd)
             if (end > p.getLong(sessionEndOrdinal)) p.setLong(sessionEndOrdinal, end)
           }
+          w += 1
         }
       }
     }

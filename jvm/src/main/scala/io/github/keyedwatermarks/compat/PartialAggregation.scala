@@ -237,11 +237,18 @@ private[compat] final case class PartialInputs(
     groupKey: Seq[Expression]) {
 
   /** A projection to the grouping key; its result is reused by the next call. */
-  def groupKeyProjection(): (InternalRow, Long) => UnsafeRow = {
-    val project = UnsafeProjection.create(groupKey)
-    val start = new SpecificInternalRow(Seq(LongType))
-    val joined = new JoinedRow
-    (row, windowStart) => { start.setLong(0, windowStart); project(joined(row, start)) }
+  def groupKeyProjection(): GroupKeyProjection = new GroupKeyProjection(groupKey)
+}
+
+/** (input row, window start) -> grouping key; a class, not a Function2, so the Long is not boxed per row. */
+private[compat] final class GroupKeyProjection(groupKey: Seq[Expression]) {
+  private val project = UnsafeProjection.create(groupKey)
+  private val start = new SpecificInternalRow(Seq(LongType))
+  private val joined = new JoinedRow
+
+  def apply(row: InternalRow, windowStart: Long): UnsafeRow = {
+    start.setLong(0, windowStart)
+    project(joined(row, start))
   }
 }
 

@@ -20,11 +20,21 @@ sealed trait WindowAssigner extends Serializable {
    * that closes last.
    */
   @inline final def foreachWindowStart(eventTime: Long)(f: Long => Unit): Unit = {
-    var start = lastWindowStart(eventTime)
-    while (start + sizeMicros > eventTime) {
-      f(start)
-      start -= slideMicros
-    }
+    val last = lastWindowStart(eventTime)
+    val n = windowCount(eventTime, last)
+    var i = 0
+    while (i < n) { f(last - i * slideMicros); i += 1 }
+  }
+
+  /**
+   * How many windows hold `eventTime`, given its [[lastWindowStart]] `last`: the i-th of them
+   * (0 = the last) starts at `last - i * slideMicros`. For hot loops that should not allocate
+   * a closure per row, as foreachWindowStart does.
+   */
+  final def windowCount(eventTime: Long, last: Long): Int = {
+    // Windows last - i * slide hold eventTime while last - i * slide + size > eventTime.
+    val span = last + sizeMicros - eventTime
+    ((span + slideMicros - 1) / slideMicros).toInt
   }
 
   /** End (exclusive) of the window starting at `start`. */
