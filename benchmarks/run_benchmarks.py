@@ -2,7 +2,7 @@
 """End-to-end benchmark: keyed watermarks against Spark's native watermark aggregation, a
 pure-Python keyed implementation and a stateless lower bound, on the same generated IoT data.
 
-    .venv/bin/python benchmarks/run_benchmarks.py            # full run (~9 min on 2 quiet cores)
+    .venv/bin/python benchmarks/run_benchmarks.py            # full run (~9.5 min on 2 quiet cores)
     .venv/bin/python benchmarks/run_benchmarks.py --quick    # smoke test (< 2 min)
 
 See benchmarks/README.md for what is measured and how. Results: a markdown table on stdout and

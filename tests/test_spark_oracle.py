@@ -84,8 +84,10 @@ def close(a, b) -> bool:
 ORACLE_SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, label STRING, wtag STRING"
 
 
-def oracle_aggs() -> list:
-    """Left un-aliased on purpose: the generated column names are part of the contract."""
+def fixed_width_aggs() -> list:
+    """Aggregates whose buffers are all fixed-width (numbers), so the partials live in Spark's
+    UnsafeFixedWidthAggregationMap; approx_count_distinct is an imperative aggregate there.
+    Left un-aliased on purpose: the generated column names are part of the contract."""
     return [
         F.count("*"),
         F.count("temp"),
@@ -94,44 +96,31 @@ def oracle_aggs() -> list:
         F.min("temp"),
         F.max("temp"),
         F.max("ts"),
-        # first/last depend on row order, which neither a stream nor a shuffle fixes. `wtag`
-        # is constant within a (device, window), so first/last of it are deterministic; this
-        # is also the string first/last. first/last of `temp` are only checked to be one of
-        # the window's on-time values (see ORDER_DEPENDENT).
-        F.first("wtag"),
-        F.last("wtag"),
+        # first/last depend on row order, which neither a stream nor a shuffle fixes: first/last
+        # of `temp` are only checked to be one of the window's on-time values (ORDER_DEPENDENT).
         F.first("temp"),
         F.last("temp"),
         F.stddev("temp"),
         F.variance("temp"),
         F.approx_count_distinct("label"),
+        F.sum("temp") / F.count("*"),
+    ]
+
+
+def oracle_aggs() -> list:
+    """All kinds of aggregates: the fixed-width ones plus object and string buffers (the
+    partials are then held on the heap)."""
+    return fixed_width_aggs() + [
+        # `wtag` is constant within a (device, window), so first/last of it are deterministic;
+        # this is also the string first/last.
+        F.first("wtag"),
+        F.last("wtag"),
         F.percentile_approx("temp", 0.5),
         # Order-dependent too: compared sorted (see UNORDERED).
         F.collect_list("temp"),
         F.collect_set("label"),
-        F.sum("temp") / F.count("*"),
         F.min("label"),
         F.max("label"),
-    ]
-
-
-def fixed_width_aggs() -> list:
-    """Aggregates whose buffers are all fixed-width (numbers), so the partials live in Spark's
-    UnsafeFixedWidthAggregationMap; approx_count_distinct is an imperative aggregate there."""
-    return [
-        F.count("*"),
-        F.count("temp"),
-        F.sum("temp"),
-        F.avg("temp"),
-        F.min("temp"),
-        F.max("temp"),
-        F.max("ts"),
-        F.first("temp"),
-        F.last("temp"),
-        F.stddev("temp"),
-        F.variance("temp"),
-        F.approx_count_distinct("label"),
-        F.sum("temp") / F.count("*"),
     ]
 
 

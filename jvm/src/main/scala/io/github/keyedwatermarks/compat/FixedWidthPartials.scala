@@ -8,7 +8,7 @@ import org.apache.spark.sql.catalyst.expressions.{JoinedRow, SpecificInternalRow
 import org.apache.spark.sql.execution.UnsafeFixedWidthAggregationMap
 import org.apache.spark.sql.execution.metric.SQLMetric
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
-import org.apache.spark.sql.types.{LongType, StructType}
+import org.apache.spark.sql.types.{LongType, StructField, StructType}
 
 import io.github.keyedwatermarks.window.WindowAssigner
 
@@ -34,24 +34,27 @@ private[compat] final class FixedWidthPartials(
     out: PartialOutput,
     flushes: SQLMetric) extends PartitionPartials {
 
+  // Payload ordinals, by name (the layout is PartialAggregation's); -1 when absent.
+  private def ordinal(name: String) = payload.fieldNames.indexOf(name)
   private val buffers = agg.bufferSchema.length
-  private val startOrdinal = buffers
-  private val rowsOrdinal = buffers + 1
-  private val maxEventTimeOrdinal = buffers + 2
-  private val latenessOrdinal = if (columns.lateness >= 0) buffers + 3 else -1
-  private val sessionEndOrdinal = if (columns.sessionEnd >= 0) buffers + 3 + (if (columns.lateness >= 0) 1 else 0) else -1
+  private val startOrdinal = ordinal(PartialAggregation.WindowStart)
+  private val rowsOrdinal = ordinal(PartialAggregation.Rows)
+  private val maxEventTimeOrdinal = ordinal(PartialAggregation.MaxEventTime)
+  private val latenessOrdinal = ordinal(PartialAggregation.Lateness)
+  private val sessionEndOrdinal = ordinal(PartialAggregation.SessionEnd)
   private val groupKey = columns.groupKeyProjection()
   private val update = agg.updaterWithTrailingFields(payload.length - buffers)
   private val slide = assigner.slideMicros
   private val keySchema = StructType(columns.groupKey.zipWithIndex.map { case (e, i) =>
-    org.apache.spark.sql.types.StructField(s"k$i", e.dataType, e.nullable)
+    StructField(s"k$i", e.dataType, e.nullable)
   })
+  // A new partial: initial buffers, row count 0, and the maxima (event time, lateness,
+  // session end) at Long.MinValue; the window start is set by every update.
   private val emptyPayload: InternalRow = {
     val meta = new SpecificInternalRow(Seq.fill(payload.length - buffers)(LongType))
-    meta.setLong(0, 0L)
-    meta.setLong(1, 0L)
-    var i = 2
+    var i = 0
     while (i < payload.length - buffers) { meta.setLong(i, Long.MinValue); i += 1 }
+    meta.setLong(rowsOrdinal - buffers, 0L)
     new JoinedRow(agg.newBuffer(), meta)
   }
   private val task = TaskContext.get()

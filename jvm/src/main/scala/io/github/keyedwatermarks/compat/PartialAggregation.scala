@@ -1,9 +1,5 @@
 package io.github.keyedwatermarks.compat
 
-import java.util.{LinkedHashMap => JLinkedHashMap}
-
-import scala.jdk.CollectionConverters._
-
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
@@ -11,12 +7,11 @@ import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
-import org.apache.spark.sql.catalyst.util.{ArrayData, GenericArrayData}
+import org.apache.spark.sql.catalyst.util.GenericArrayData
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.execution.UnsafeFixedWidthAggregationMap
 import org.apache.spark.sql.execution.metric.{SQLMetric, SQLMetrics}
 import org.apache.spark.sql.types.{ArrayType, BinaryType, DataType, LongType, StringType, StructType}
-import org.apache.spark.unsafe.types.UTF8String
 
 import io.github.keyedwatermarks.input.{InvalidRows, ProjectedInput}
 import io.github.keyedwatermarks.window.WindowAssigner
@@ -39,6 +34,9 @@ import io.github.keyedwatermarks.window.WindowAssigner
  * rows. `kw_rows` counts the rows whose *last* window is this one, so that with sliding
  * windows a row counts as late only when all its windows are closed. Window start and row
  * count are also columns of their own, for the input metrics before the shuffle.
+ *
+ * A partition's partials are held by [[FixedWidthPartials]] (Spark's hash map in task memory)
+ * when every payload field is fixed-width, otherwise by [[OnHeapPartials]].
  *
  * Invalid input rows (a non-zero `kw_invalid_code`) are skipped and counted: per partition and
  * reason, one sentinel partial (window start `InvalidRows.sentinelStart(reason)`, the count in
