@@ -69,8 +69,7 @@ final class CatalystAggregation private (
   // Generated code is not serializable: build the projections lazily on each executor.
   @transient private lazy val initProjection: MutableProjection =
     MutableProjection.create(declarativeOrNoOp(_.initialValues), Nil)
-  @transient private lazy val updateProjection: MutableProjection =
-    MutableProjection.create(declarativeOrNoOp(_.updateExpressions), bufferAttributes ++ inputAttributes)
+  @transient private lazy val updater: (InternalRow, InternalRow) => Unit = updaterWithTrailingFields(0)
   @transient private lazy val mergeProjection: MutableProjection =
     MutableProjection.create(declarativeOrNoOp(_.mergeExpressions), bufferAttributes ++ inputBufferAttributes)
   @transient private lazy val evaluateProjection: MutableProjection = MutableProjection.create(
@@ -105,11 +104,7 @@ final class CatalystAggregation private (
     case _ => false
   }
 
-  def update(buffer: InternalRow, input: InternalRow): Unit = {
-    updateProjection.target(buffer)(joined(buffer, input))
-    var i = 0
-    while (i < imperatives.length) { imperatives(i).update(buffer, input); i += 1 }
-  }
+  def update(buffer: InternalRow, input: InternalRow): Unit = updater(buffer, input)
 
   /**
    * update() for a buffer row that has `trailing` more fields after the buffer fields (a
