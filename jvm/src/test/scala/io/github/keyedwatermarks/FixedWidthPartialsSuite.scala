@@ -2,7 +2,7 @@ package io.github.keyedwatermarks
 
 import java.sql.Timestamp
 
-import org.apache.spark.sql.{Encoders, SparkSession}
+import org.apache.spark.sql.Encoders
 import org.apache.spark.sql.execution.streaming.runtime.{MemoryStream, StreamingQueryWrapper}
 import org.apache.spark.sql.functions._
 
@@ -15,18 +15,11 @@ import io.github.keyedwatermarks.compat.KeyedPartialAggregateExec
  * small (32 MiB for the whole JVM, 1 MiB pages) so that one partition's partials overflow it.
  */
 class FixedWidthPartialsSuite extends SparkSuite {
-  override lazy val spark: SparkSession = SparkSession.builder()
-    .master("local[1]")
-    .appName(getClass.getSimpleName)
-    .config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "1")
-    .config("spark.sql.session.timeZone", "UTC")
-    .config("spark.testing.reservedMemory", "0")
-    .config("spark.testing.memory", (32L << 20).toString)
-    .config("spark.buffer.pageSize", "1m")
-    .config("spark.sql.streaming.stateStore.providerClass",
-      "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-    .getOrCreate()
+  override protected def cores: Int = 1
+  override protected def extraConfig: Map[String, String] = Map(
+    "spark.testing.reservedMemory" -> "0",
+    "spark.testing.memory" -> (32L << 20).toString,
+    "spark.buffer.pageSize" -> "1m")
 
   test("a full partial map is flushed and every row still counts once, with Spark's values") {
     val input = MemoryStream[Event](spark, 1)(Encoders.product[Event])

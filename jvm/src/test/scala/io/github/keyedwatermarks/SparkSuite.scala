@@ -8,14 +8,20 @@ import org.scalatest.funsuite.AnyFunSuite
 
 /** A local SparkSession configured as `kw.configure` does (RocksDB state store). */
 trait SparkSuite extends AnyFunSuite with BeforeAndAfterAll {
+  /** Cores of the local master (also the number of shuffle partitions). */
+  protected def cores: Int = 2
+  /** Further session settings of a suite. */
+  protected def extraConfig: Map[String, String] = Map.empty
+
   @transient lazy val spark: SparkSession = SparkSession.builder()
-    .master("local[2]")
+    .master(s"local[$cores]")
     .appName(getClass.getSimpleName)
     .config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "2")
+    .config("spark.sql.shuffle.partitions", cores.toString)
     .config("spark.sql.session.timeZone", "UTC")
     .config("spark.sql.streaming.stateStore.providerClass",
       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    .config(extraConfig)
     .getOrCreate()
 
   private val tempDirs = scala.collection.mutable.ArrayBuffer.empty[java.io.File]
