@@ -64,11 +64,11 @@ AREAS: List[Tuple[str, Tuple[str, ...]]] = [
     ("ours: aggregate buffers (CatalystAggregation)", ("io.github.keyedwatermarks.compat.CatalystAggregation",)),
     ("ours: partial aggregation (KeyedPartialAggregateExec)", (
         "io.github.keyedwatermarks.compat.KeyedPartialAggregate", "io.github.keyedwatermarks.compat.Partial",
-        "io.github.keyedwatermarks.compat.FixedWidthPartials", "io.github.keyedwatermarks.compat.OnHeapPartials",
+        "io.github.keyedwatermarks.compat.PartialPayloadExec", "io.github.keyedwatermarks.compat.OnHeapPartials",
         "io.github.keyedwatermarks.compat.InvalidRowCounter", "io.github.keyedwatermarks.window.")),
     ("transformWithState operator (TransformWithStateExec)", ("TransformWithStateExec", "TransformWithState")),
-    # Spark's BytesToBytesMap: native's hash aggregation, and ours in FixedWidthPartials.
-    ("hash aggregation map (native; ours: fixed-width partials)", ("UnsafeFixedWidthAggregationMap", "BytesToBytesMap", "HashAggregateExec",
+    # Spark's hash aggregation: native's, and ours for fixed-width payloads (HashAggregatePartials).
+    ("hash aggregation (native; ours: fixed-width payloads)", ("UnsafeFixedWidthAggregationMap", "BytesToBytesMap", "HashAggregateExec",
                                   "TungstenAggregationIterator", "AggregationIterator", "agg_FastHashMap",
                                   "RowBasedKeyValueBatch", "ObjectHashAggregate", "MergingSessionsExec")),
     ("sort (SortExec, external sorter)", ("UnsafeExternalSorter", "UnsafeInMemorySorter", "SortExec",

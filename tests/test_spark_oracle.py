@@ -62,8 +62,8 @@ def run(df: DataFrame, root: Path, name: str) -> Tuple[DataFrame, list]:
 
 
 def partials_path() -> str:
-    """How the last query run() ran its partial aggregation: 'fixed-width' (partials in Spark's
-    UnsafeFixedWidthAggregationMap) or 'on-heap'."""
+    """How the last query run() ran its partial aggregation: 'hash-aggregate' (Spark's own
+    HashAggregateExec, for fixed-width payloads) or 'on-heap'."""
     return re.search(r"KeyedPartialAggregate .* partials=([a-z-]+)", run.last_plan).group(1)
 
 
@@ -85,8 +85,8 @@ ORACLE_SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, label STRING, wtag ST
 
 
 def fixed_width_aggs() -> list:
-    """Aggregates whose buffers are all fixed-width (numbers), so the partials live in Spark's
-    UnsafeFixedWidthAggregationMap; approx_count_distinct is an imperative aggregate there.
+    """Aggregates whose buffers are all fixed-width (numbers), so the partials are Spark's
+    HashAggregateExec's; approx_count_distinct is an imperative aggregate there.
     Left un-aliased on purpose: the generated column names are part of the contract."""
     return [
         F.count("*"),
@@ -196,8 +196,8 @@ def to_spark_rows(rows) -> List[tuple]:
 
 @pytest.mark.parametrize(
     "seed,aggs,path",
-    [(7, oracle_aggs, "on-heap"), (2024, oracle_aggs, "on-heap"), (7, fixed_width_aggs, "fixed-width")],
-    ids=["7-all", "2024-all", "7-fixed-width"],
+    [(7, oracle_aggs, "on-heap"), (2024, oracle_aggs, "on-heap"), (7, fixed_width_aggs, "hash-aggregate")],
+    ids=["7-all", "2024-all", "7-hash-aggregate"],
 )
 def test_batch_oracle(spark, workdir, seed, aggs, path):
     batches = generate(seed)
@@ -370,7 +370,7 @@ def no_late_stream(seed: int, keys: Sequence[Tuple[str, str]], batches: int, jit
 
 
 def numeric_stream_aggs() -> list:
-    """stream_aggs without collect_list: every buffer fixed-width (the fixed-width partials)."""
+    """stream_aggs without collect_list: every buffer fixed-width (Spark's HashAggregateExec partials)."""
     return [a for a in stream_aggs() if "temps" not in str(a)]
 
 
@@ -386,7 +386,7 @@ def compare_with_spark(spark, workdir, batches, keys: List[str], slide: Optional
         workdir,
         "ours",
     )
-    assert partials_path() == ("fixed-width" if aggs is numeric_stream_aggs else "on-heap")
+    assert partials_path() == ("hash-aggregate" if aggs is numeric_stream_aggs else "on-heap")
     spark_df, spark_progress = run(
         events.withWatermark("ts", LATENESS)
         .groupBy(*keys, F.window("ts", SIZE) if slide is None else F.window("ts", SIZE, slide))
@@ -464,7 +464,7 @@ def test_many_sliding_windows_per_row_match_spark_streaming(spark, workdir):
 
 @pytest.mark.parametrize("slide", [None, "5 seconds", "1 second"])
 def test_fixed_width_partials_match_spark_streaming(spark, workdir, slide):
-    # Numeric aggregates only: the partials live in Spark's UnsafeFixedWidthAggregationMap,
+    # Numeric aggregates only: the partials are Spark's HashAggregateExec's,
     # with a composite key and out-of-order rows (jitter) for tumbling windows.
     keys = [("s1", "a"), ("s1", "b"), ("s2", "a")]
     batches = no_late_stream(41, keys, batches=5, jitter_us=3 * SEC if slide is None else 0)
@@ -569,7 +569,7 @@ def test_decimal_buffers_in_fixed_width_partials_match_spark(spark, workdir):
         workdir,
         "ours",
     )
-    assert partials_path() == "fixed-width"
+    assert partials_path() == "hash-aggregate"
     batch = with_decimals(spark.createDataFrame(rows, "device STRING, ts TIMESTAMP, temp DOUBLE"))
     want = batch.groupBy("device", F.window("ts", SIZE)).agg(*aggs()).drop("window").collect()
     got = ours_df.drop("window", "ws_us").collect()

@@ -4,7 +4,7 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate._
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
-import org.apache.spark.sql.types.{LongType, StructField, StructType}
+import org.apache.spark.sql.types.{StructField, StructType}
 
 /**
  * Evaluates the Catalyst aggregate functions that Spark resolved for
@@ -21,14 +21,14 @@ import org.apache.spark.sql.types.{LongType, StructField, StructType}
  *    goes to the state store and can be the right-hand side of merge().
  */
 final class CatalystAggregation private (
-    aggregates: Seq[AggregateExpression],
+    aggregateExpressions: Seq[AggregateExpression],
     inputAttributes: Seq[Attribute],
     groupingAttributes: Seq[Attribute],
     resultExpressions: Seq[NamedExpression]) extends Serializable {
 
   private val functions: Array[AggregateFunction] = {
     var offset = 0
-    aggregates.map { ae =>
+    aggregateExpressions.map { ae =>
       val fn = ae.aggregateFunction match {
         case d: DeclarativeAggregate => d
         case i: ImperativeAggregate =>
@@ -69,7 +69,8 @@ final class CatalystAggregation private (
   // Generated code is not serializable: build the projections lazily on each executor.
   @transient private lazy val initProjection: MutableProjection =
     MutableProjection.create(declarativeOrNoOp(_.initialValues), Nil)
-  @transient private lazy val updater: (InternalRow, InternalRow) => Unit = updaterWithTrailingFields(0)
+  @transient private lazy val updateProjection: MutableProjection =
+    MutableProjection.create(declarativeOrNoOp(_.updateExpressions), bufferAttributes ++ inputAttributes)
   @transient private lazy val mergeProjection: MutableProjection =
     MutableProjection.create(declarativeOrNoOp(_.mergeExpressions), bufferAttributes ++ inputBufferAttributes)
   @transient private lazy val evaluateProjection: MutableProjection = MutableProjection.create(
@@ -78,15 +79,28 @@ final class CatalystAggregation private (
       case i => i
     }, bufferAttributes)
   @transient private lazy val resultProjection: UnsafeProjection = {
-    val resultAttributes = aggregates.map(_.resultAttribute)
-    val byAggregate = aggregates.map(_.canonicalized).zip(resultAttributes).toMap
+    val resultAttributes = aggregateExpressions.map(_.resultAttribute)
+    val byAggregate = aggregateExpressions.map(_.canonicalized).zip(resultAttributes).toMap
     val rewritten = resultExpressions.map(_.transformDown {
       case ae: AggregateExpression => byAggregate(ae.canonicalized)
     }.asInstanceOf[NamedExpression])
     UnsafeProjection.create(rewritten, groupingAttributes ++ resultAttributes)
   }
   @transient private lazy val joined = new JoinedRow
-  @transient private lazy val evaluated = new SpecificInternalRow(aggregates.map(_.dataType))
+  @transient private lazy val evaluated = new SpecificInternalRow(aggregateExpressions.map(_.dataType))
+
+  /**
+   * The resolved aggregate expressions (deduplicated), over `inputs`: the input columns as the
+   * plan now names them, in the order of `inputAttributes` (a streaming query gives the
+   * source's columns new attribute ids every micro-batch).
+   */
+  def aggregateExpressionsOver(inputs: Seq[Attribute]): Seq[AggregateExpression] = {
+    require(inputs.size == inputAttributes.size, s"expected ${inputAttributes.size} input columns, got ${inputs.size}")
+    val renamed = inputAttributes.map(_.exprId).zip(inputs).toMap
+    aggregateExpressions.map(_.transform {
+      case a: AttributeReference if renamed.contains(a.exprId) => renamed(a.exprId)
+    }.asInstanceOf[AggregateExpression])
+  }
 
   def newBuffer(): InternalRow = {
     val buffer = new SpecificInternalRow(bufferAttributes.map(_.dataType))
@@ -104,22 +118,10 @@ final class CatalystAggregation private (
     case _ => false
   }
 
-  def update(buffer: InternalRow, input: InternalRow): Unit = updater(buffer, input)
-
-  /**
-   * update() for a buffer row that has `trailing` more fields after the buffer fields (a
-   * payload in FixedWidthPartials' map): the declarative projection reads the input after them.
-   */
-  def updaterWithTrailingFields(trailing: Int): (InternalRow, InternalRow) => Unit = {
-    val padding = Seq.tabulate(trailing)(i => AttributeReference(s"trailing$i", LongType)())
-    val projection = MutableProjection.create(
-      declarativeOrNoOp(_.updateExpressions), bufferAttributes ++ padding ++ inputAttributes)
-    val bufferAndInput = new JoinedRow
-    (buffer, input) => {
-      projection.target(buffer)(bufferAndInput(buffer, input))
-      var i = 0
-      while (i < imperatives.length) { imperatives(i).update(buffer, input); i += 1 }
-    }
+  def update(buffer: InternalRow, input: InternalRow): Unit = {
+    updateProjection.target(buffer)(joined(buffer, input))
+    var i = 0
+    while (i < imperatives.length) { imperatives(i).update(buffer, input); i += 1 }
   }
 
   /** Merges a stored (or live) buffer into a live one. */

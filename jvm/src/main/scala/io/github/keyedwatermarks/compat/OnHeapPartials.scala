@@ -12,8 +12,8 @@ import org.apache.spark.unsafe.types.UTF8String
 import io.github.keyedwatermarks.window.WindowAssigner
 
 /**
- * A partition's partials as JVM objects: for payloads that Spark's fixed-width map cannot
- * hold ([[FixedWidthPartials]]): object or variable-width buffers (percentile_approx,
+ * A partition's partials as JVM objects: for payloads that Spark's HashAggregateExec cannot
+ * hold (see [[HashAggregatePartials]]): object or variable-width buffers (percentile_approx,
  * min/max of strings), kept late rows, event times (adaptive lateness), sources.
  */
 private[compat] final class OnHeapPartials(
@@ -21,7 +21,7 @@ private[compat] final class OnHeapPartials(
     assigner: WindowAssigner,
     columns: PartialInputs,
     invalid: InvalidRowCounter,
-    out: PartialOutput) extends PartitionPartials {
+    out: PartialOutput) {
 
   private val partials = new JLinkedHashMap[UnsafeRow, Partial]()
   // Common single STRING key without sources: partials by key value, looked up with the row's
@@ -49,7 +49,8 @@ private[compat] final class OnHeapPartials(
       partial
     }
 
-  override def aggregate(rows: Iterator[InternalRow]): Iterator[InternalRow] = {
+  /** Consumes the partition (skipping and counting invalid rows), then returns its partials as output rows. */
+  def aggregate(rows: Iterator[InternalRow]): Iterator[InternalRow] = {
     while (rows.hasNext) {
       val row0 = rows.next()
       if (!invalid.skip(row0)) {

@@ -35,12 +35,13 @@ import io.github.keyedwatermarks.window.WindowAssigner
  * windows a row counts as late only when all its windows are closed. Window start and row
  * count are also columns of their own, for the input metrics before the shuffle.
  *
- * A partition's partials are held by [[FixedWidthPartials]] (Spark's hash map in task memory)
- * when every payload field is fixed-width, otherwise by [[OnHeapPartials]].
+ * When every payload field is fixed-width, the partial aggregation is planned as Spark's own
+ * HashAggregateExec (see [[HashAggregatePartials]]); otherwise a partition's partials are held
+ * by [[OnHeapPartials]] in [[KeyedPartialAggregateExec]].
  *
  * Invalid input rows (a non-zero `kw_invalid_code`) are skipped and counted: per partition and
- * reason, one sentinel partial (window start `InvalidRows.sentinelStart(reason)`, the count in
- * `kw_rows`, the key of the first such row) that `InvalidRows.observe` counts and then drops.
+ * reason, sentinel partials (window start `InvalidRows.sentinelStart(reason)`, the count in
+ * `kw_rows`) that `InvalidRows.observe` counts and then drops.
  */
 object PartialAggregation {
   val Payload = "kw_payload"
@@ -125,10 +126,19 @@ case class KeyedPartialAggregate(
     child: LogicalPlan) extends UnaryNode {
   override protected def withNewChildInternal(newChild: LogicalPlan): KeyedPartialAggregate = copy(child = newChild)
   override def producedAttributes: AttributeSet = AttributeSet(output.filterNot(keys.contains))
+
+  /**
+   * Whether every payload field is fixed-width (the common case: tumbling or sliding windows
+   * or sessions, numeric count/sum/avg/min/max, no kept rows, event times or sources): then
+   * the partials are Spark's own HashAggregateExec's (see [[HashAggregatePartials]]).
+   */
+  def fixedWidth: Boolean = keptRow.isEmpty && !policy.eventTimes && policy.source.isEmpty &&
+    UnsafeFixedWidthAggregationMap.supportsAggregationBufferSchema(payload)
 }
 
 object KeyedPartialAggregateStrategy extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
+    case p: KeyedPartialAggregate if p.fixedWidth => HashAggregatePartials.plan(p, planLater(p.child)) :: Nil
     case p: KeyedPartialAggregate =>
       KeyedPartialAggregateExec(p.keys, p.eventTime, p.keptRow, p.policy, p.windows, p.aggregation, p.inputs,
         p.payload, p.output, planLater(p.child)) :: Nil
@@ -151,21 +161,12 @@ case class KeyedPartialAggregateExec(
   override protected def withNewChildInternal(newChild: SparkPlan): KeyedPartialAggregateExec = copy(child = newChild)
   override def producedAttributes: AttributeSet = AttributeSet(output.filterNot(keys.contains))
 
-  /**
-   * Whether every payload field is fixed-width (the common case: tumbling or sliding windows
-   * or sessions, numeric count/sum/avg/min/max, no kept rows, event times or sources): then the
-   * partials live in Spark's own UnsafeFixedWidthAggregationMap (see [[FixedWidthPartials]]).
-   */
-  private def fixedWidth: Boolean = keptRow.isEmpty && !policy.eventTimes && policy.source.isEmpty &&
-    UnsafeFixedWidthAggregationMap.supportsAggregationBufferSchema(payload)
-
   override lazy val metrics: Map[String, SQLMetric] = Map(
-    "numPartials" -> SQLMetrics.createMetric(sparkContext, "number of partials"),
-    "mapFlushes" -> SQLMetrics.createMetric(sparkContext, "partial map flushes (task memory full)"))
+    "numPartials" -> SQLMetrics.createMetric(sparkContext, "number of partials"))
 
   // Shown in explain() and the SQL UI; tests check which path a query takes.
   override def simpleString(maxFields: Int): String =
-    s"KeyedPartialAggregate keys=${keys.mkString("[", ", ", "]")} partials=${if (fixedWidth) "fixed-width" else "on-heap"}"
+    s"KeyedPartialAggregate keys=${keys.mkString("[", ", ", "]")} partials=on-heap"
 
   override protected def doExecute(): RDD[InternalRow] = {
     val agg = aggregation
@@ -178,9 +179,7 @@ case class KeyedPartialAggregateExec(
     val payloadSchema = payload
     val kept = keptRow
     val policyCols = policy
-    val useFixedWidth = fixedWidth
     val numPartials = longMetric("numPartials")
-    val mapFlushes = longMetric("mapFlushes")
     child.execute().mapPartitions { rows =>
       val reorder: InternalRow => InternalRow =
         if (childOutput.map(_.exprId) == in.map(_.exprId)) identity else UnsafeProjection.create(in, childOutput)
@@ -204,19 +203,11 @@ case class KeyedPartialAggregateExec(
           policyCols.source.map(s => BindReferences.bindReference[Expression](s, in)).toSeq)
       val invalid = new InvalidRowCounter(in.indexWhere(_.name == ProjectedInput.InvalidReasonCode))
       val out = new PartialOutput(payloadSchema, outAttrs, keyAttrs, agg, policyCols, kept.map(_.dataType))
-      val partials: PartitionPartials =
-        if (useFixedWidth) new FixedWidthPartials(agg, assigner, columns, payloadSchema, invalid, out, mapFlushes)
-        else new OnHeapPartials(agg, assigner, columns, invalid, out)
+      val partials = new OnHeapPartials(agg, assigner, columns, invalid, out)
       (partials.aggregate(rows.map(reorder)) ++ invalid.sentinels(agg, keyAttrs, policyCols, in, out))
         .map { row => numPartials += 1; row }
     }
   }
-}
-
-/** How one partition's rows become partials: [[FixedWidthPartials]] or [[OnHeapPartials]]. */
-private[compat] trait PartitionPartials {
-  /** Consumes the partition (skipping and counting invalid rows), then returns its partials as output rows. */
-  def aggregate(rows: Iterator[InternalRow]): Iterator[InternalRow]
 }
 
 /**
