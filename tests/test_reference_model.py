@@ -58,6 +58,9 @@ def run_with_progress(df, out_dir: Path, checkpoint: Path):
     """Like conftest.run_available, but also returns the query's per-batch progress."""
     query = run_to_end(df, out_dir, checkpoint)
     progress = list(query.recentProgress)
+    # Numeric aggregates: the partials are Spark's HashAggregateExec's (invalid rows included).
+    plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
+    assert "partials=hash-aggregate" in plan, plan
     # Event times and watermarks as micros, so nothing depends on the local time zone.
     rows = (
         df.sparkSession.read.schema(df.schema).parquet(str(out_dir))

@@ -4,12 +4,11 @@ import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
-import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan, UnaryNode}
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
 import org.apache.spark.sql.catalyst.util.GenericArrayData
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
-import org.apache.spark.sql.execution.UnsafeFixedWidthAggregationMap
 import org.apache.spark.sql.execution.metric.{SQLMetric, SQLMetrics}
 import org.apache.spark.sql.types.{ArrayType, BinaryType, DataType, LongType, StringType, StructType}
 
@@ -130,10 +129,11 @@ case class KeyedPartialAggregate(
   /**
    * Whether every payload field is fixed-width (the common case: tumbling or sliding windows
    * or sessions, numeric count/sum/avg/min/max, no kept rows, event times or sources): then
-   * the partials are Spark's own HashAggregateExec's (see [[HashAggregatePartials]]).
+   * the partials are Spark's own HashAggregateExec's (see [[HashAggregatePartials]]). Spark's
+   * own test for HashAggregateExec decides (mutable fixed-width buffers, binary-stable keys).
    */
   def fixedWidth: Boolean = keptRow.isEmpty && !policy.eventTimes && policy.source.isEmpty &&
-    UnsafeFixedWidthAggregationMap.supportsAggregationBufferSchema(payload)
+    Aggregate.supportsHashAggregate(DataTypeUtils.toAttributes(payload), keys)
 }
 
 object KeyedPartialAggregateStrategy extends SparkStrategy {
