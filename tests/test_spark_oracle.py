@@ -472,6 +472,33 @@ def test_fixed_width_partials_match_spark_streaming(spark, workdir, slide):
     assert {k[:2] for k in out} == set(keys)
 
 
+@pytest.mark.parametrize("size,path", [("60 seconds", "hash-aggregate"), ("70 seconds", "on-heap")])
+def test_many_windows_per_row_match_spark_batch(spark, workdir, size, path):
+    # Slides of 1 second: 60 windows per row are planned as Spark's ExpandExec copies; 70 are
+    # more than HashAggregatePartials.MaxWindowsPerRow and take the on-heap loop. Batch 0 has
+    # every row (nothing is late before a key's first batch); batch 1 moves each key a day
+    # ahead, which closes every window of batch 0 and shares none with it.
+    rng = random.Random(11)
+    devices = ["a", "b", "c"]
+    rows = [("s", d, BASE_US + rng.randrange(0, 200 * SEC), round(rng.uniform(0, 30), 1))
+            for d in devices for _ in range(40)]
+    closing = [("s", d, BASE_US + 86_400 * SEC, 0.0) for d in devices]
+    replay = Replay(spark, workdir, STREAM_SCHEMA)
+    replay.add_all([(si, d, ts(t), temp) for si, d, t, temp in b] for b in (rows, closing))
+    aggs = [F.count("*").alias("n"), F.sum("temp").alias("s"), F.max("temp").alias("hi")]
+    ours_df, _ = run(
+        kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness=LATENESS)
+        .window(size, slide="1 second").agg(*aggs),
+        workdir, "ours")
+    assert partials_path() == path
+    first = spark.createDataFrame([(si, d, ts(t), temp) for si, d, t, temp in rows], STREAM_SCHEMA)
+    theirs = first.groupBy("device", F.window("ts", size, "1 second")).agg(*aggs)
+    key = lambda r: (r["device"], r["window"]["start"])  # noqa: E731
+    got = sorted((key(r), r["n"], round(r["s"], 6), r["hi"]) for r in ours_df.collect())
+    want = sorted((key(r), r["n"], round(r["s"], 6), r["hi"]) for r in theirs.collect())
+    assert len(want) > 3 * 200 and got == want
+
+
 def test_composite_key_matches_spark_streaming(spark, workdir):
     keys = [("s1", "a"), ("s1", "b"), ("s2", "a")]
     batches = no_late_stream(21, keys, batches=5, jitter_us=3 * SEC)

@@ -10,7 +10,7 @@ import org.apache.spark.sql.execution.metric.{SQLMetric, SQLMetrics}
 import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongType}
 
 import io.github.keyedwatermarks.input.{InvalidRows, ProjectedInput}
-import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows}
+import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, WindowAssigner}
 
 /**
  * The partial aggregation planned as Spark's own operators, when every payload field is
@@ -34,6 +34,22 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows}
  */
 private[compat] object HashAggregatePartials {
 
+  /**
+   * The most windows per row (size / slide) planned as ExpandExec copies: each copy is a case
+   * in the generated loop, and beyond this the loop outgrows what the JIT compiles (measured:
+   * 64 copies 1.5x faster than the on-heap path, 128 slower, 512 far slower). Sliding
+   * windows with more overlap use the on-heap path's loop.
+   */
+  val MaxWindowsPerRow = 64
+
+  /** Whether the windows fit this plan (see [[MaxWindowsPerRow]]). */
+  def supports(windows: WindowAssigner): Boolean = windowsPerRow(windows) <= MaxWindowsPerRow
+
+  private def windowsPerRow(windows: WindowAssigner): Long = windows match {
+    case w: SlidingWindows => (w.sizeMicros + w.slideMicros - 1) / w.slideMicros
+    case _ => 1L
+  }
+
   def plan(p: KeyedPartialAggregate, child: SparkPlan): SparkPlan = {
     val t = p.eventTime
     val code = p.inputs.find(_.name == ProjectedInput.InvalidReasonCode)
@@ -51,7 +67,7 @@ private[compat] object HashAggregatePartials {
       case w: SlidingWindows =>
         // A row is in its i-th window (0 = the last) while that window's end is after it: up
         // to ceil(size / slide) copies, filtered, as Spark's own sliding window() is planned.
-        val copies = ((w.sizeMicros + w.slideMicros - 1) / w.slideMicros).toInt
+        val copies = windowsPerRow(w).toInt
         val isLast = AttributeReference("kw_last_window", BooleanType, nullable = false)()
         val expand = ExpandExec(
           Seq.tabulate(copies)(i => child.output ++ Seq(start(i), Literal(i == 0))),

@@ -130,15 +130,16 @@ case class KeyedPartialAggregate(
    * Whether every payload field is fixed-width (the common case: tumbling or sliding windows
    * or sessions, numeric count/sum/avg/min/max, no kept rows, event times or sources): then
    * the partials are Spark's own HashAggregateExec's (see [[HashAggregatePartials]]). Spark's
-   * own test for HashAggregateExec decides (mutable fixed-width buffers, binary-stable keys).
+   * own test for HashAggregateExec decides (mutable fixed-width buffers, binary-stable keys),
+   * for at most [[HashAggregatePartials.MaxWindowsPerRow]] windows per row.
    */
-  def fixedWidth: Boolean = keptRow.isEmpty && !policy.eventTimes && policy.source.isEmpty &&
-    Aggregate.supportsHashAggregate(DataTypeUtils.toAttributes(payload), keys)
+  def sparkHashAggregate: Boolean = keptRow.isEmpty && !policy.eventTimes && policy.source.isEmpty &&
+    Aggregate.supportsHashAggregate(DataTypeUtils.toAttributes(payload), keys) && HashAggregatePartials.supports(windows)
 }
 
 object KeyedPartialAggregateStrategy extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
-    case p: KeyedPartialAggregate if p.fixedWidth => HashAggregatePartials.plan(p, planLater(p.child)) :: Nil
+    case p: KeyedPartialAggregate if p.sparkHashAggregate => HashAggregatePartials.plan(p, planLater(p.child)) :: Nil
     case p: KeyedPartialAggregate =>
       KeyedPartialAggregateExec(p.keys, p.eventTime, p.keptRow, p.policy, p.windows, p.aggregation, p.inputs,
         p.payload, p.output, planLater(p.child)) :: Nil
