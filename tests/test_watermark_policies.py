@@ -54,7 +54,9 @@ def policy_stream(draw, max_rows: int = 30, per_key_lateness: bool = False):
     return [rows[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
-def run_ours(spark, root: Path, batches, lateness_s: int, **options):
+def run_ours(spark, root: Path, batches, lateness_s: int, numeric: bool = False, **options):
+    """numeric: count, sum, min and max only (fixed-width buffers: Spark's HashAggregateExec
+    partials) instead of count and the sorted list of values (the on-heap partials)."""
     replay = Replay(spark, root, schema=SCHEMA)
     replay.add_all([[(k, ts(t), v, None if lat is None else f"{lat // SECOND} seconds", s)
                      for k, t, v, lat, s in b] for b in batches])
@@ -62,19 +64,27 @@ def run_ours(spark, root: Path, batches, lateness_s: int, **options):
         kw.keyed_watermark(replay.stream(), key="device", event_time="ts",
                            lateness=f"{lateness_s} seconds", **options)
         .window(f"{WINDOW_S} seconds")
-        .agg_with_report(F.count("*").alias("n"), F.sort_array(F.collect_list("temp")).alias("temps"))
+        .agg_with_report(F.count("*").alias("n"), *(
+            [F.sum("temp").alias("s"), F.min("temp").alias("lo"), F.max("temp").alias("hi")] if numeric
+            else [F.sort_array(F.collect_list("temp")).alias("temps")]))
     )
     query = run_to_end(report, root / "out", root / "checkpoint")
+    plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
+    assert ("partials=hash-aggregate" if numeric else "partials=on-heap") in plan, plan
+    values = ["s", "lo", "hi"] if numeric else ["temps"]
     rows = (spark.read.schema(report.schema).parquet(str(root / "out"))
-            .select("device", "kw_kind", "kw_late_rows", "kw_regressions", "n", "temps",
+            .select("device", "kw_kind", "kw_late_rows", "kw_regressions", "n", *values,
                     F.unix_micros("window.start").alias("start"), F.unix_micros("window.end").alias("end"))
             .collect())
     return rows, list(query.recentProgress)
 
 
-def check(rows, progress, model, batches) -> None:
-    got = Counter((r.device, r.start, r.end, tuple(r.temps)) for r in rows if r.kw_kind == "window")
-    want = Counter((k, s, e, vals) for k, s, e, _, vals in model.emitted)
+def check(rows, progress, model, batches, numeric: bool = False) -> None:
+    def values(vals):
+        return (len(vals), round(sum(vals), 6), min(vals), max(vals)) if numeric else tuple(vals)
+    got = Counter((r.device, r.start, r.end, (r.n, round(r.s, 6), r.lo, r.hi) if numeric else tuple(r.temps))
+                  for r in rows if r.kw_kind == "window")
+    want = Counter((k, s, e, values(vals)) for k, s, e, _, vals in model.emitted)
     assert got == want
     late = assert_late_per_key(rows, model.late)
     regressions: Dict[str, int] = {}
@@ -110,16 +120,35 @@ def test_key_lateness_mapping_matches_model(spark, tmp_path_factory, batches, la
     check(rows, progress, model, batches)
 
 
+@pytest.mark.parametrize("numeric", [False, True], ids=["on-heap", "hash-aggregate"])
 @spark_examples(4)
 @given(batches=policy_stream(per_key_lateness=True), lateness_s=st.sampled_from([2, 10]))
-def test_key_lateness_column_matches_model(spark, tmp_path_factory, batches, lateness_s):
+def test_key_lateness_column_matches_model(spark, tmp_path_factory, numeric, batches, lateness_s):
     """key_lateness=F.col(...): a key's lateness is the largest of its latest batch's rows
-    (null: the default); a larger lateness would move the watermark back: held and counted."""
+    (null: the default); a larger lateness would move the watermark back: held and counted.
+    Both partial paths carry each partial's largest lateness."""
     model = run_policy_model(batches, WINDOW_S * SECOND, Policy(lateness_s * SECOND, column_lateness=True))
     note(f"model={model}")
-    rows, progress = run_ours(spark, tmp_path_factory.mktemp("col"), batches, lateness_s,
+    rows, progress = run_ours(spark, tmp_path_factory.mktemp("col"), batches, lateness_s, numeric=numeric,
                               key_lateness=F.col("lat"))
-    check(rows, progress, model, batches)
+    check(rows, progress, model, batches, numeric=numeric)
+
+
+@pytest.mark.parametrize("numeric", [False, True], ids=["on-heap", "hash-aggregate"])
+def test_key_lateness_is_the_largest_within_one_partial(spark, workdir, numeric):
+    """Two rows of one window in one batch, lateness 1 s and 20 s: the key's lateness is 20 s,
+    so its watermark after batch 0 is 25 - 20 = 5 s and [0, 10) stays open until batch 1. (A
+    partial that kept the smaller lateness would give 24 s and close it in batch 0.)"""
+    s = SECOND
+    batches = [
+        [("d1", BASE + 1 * s, 1.0, 1 * s, None), ("d1", BASE + 2 * s, 2.0, 20 * s, None),
+         ("d1", BASE + 25 * s, 3.0, 1 * s, None)],
+        [("d1", BASE + 100 * s, 4.0, 1 * s, None)],
+    ]
+    rows, progress = run_ours(spark, workdir, batches, 2, numeric=numeric, key_lateness=F.col("lat"))
+    emitted = {p.batchId: p.observedMetrics["keyed_watermarks_output"]["windows_emitted"] for p in progress}
+    assert (emitted.get(0), emitted.get(1)) == (0, 2)
+    assert sorted((r.start - BASE, r.n) for r in rows if r.kw_kind == "window") == [(0, 2), (20 * s, 1)]
 
 
 @spark_examples(4)

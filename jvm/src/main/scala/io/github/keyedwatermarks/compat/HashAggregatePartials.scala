@@ -52,7 +52,9 @@ private[compat] object HashAggregatePartials {
 
   def plan(p: KeyedPartialAggregate, child: SparkPlan): SparkPlan = {
     val t = p.eventTime
-    val code = p.inputs.find(_.name == ProjectedInput.InvalidReasonCode)
+    // Input columns by name from `inputs`, which the plan keeps current across micro-batches.
+    def column(name: String) = p.inputs.find(_.name == name)
+    val code = column(ProjectedInput.InvalidReasonCode)
     val valid = code.map(c => EqualTo(c, Literal(InvalidRows.Valid)))
     val lastStart: Expression = p.windows match {
       case _: SessionWindows => t
@@ -79,7 +81,7 @@ private[compat] object HashAggregatePartials {
     }
     // Counted in its last window only, so that a row counts as late once (see OnHeapPartials).
     val rows = Count(lastWindow.fold[Expression](Literal(1))(l => If(l, Literal(1), Literal(null, IntegerType))))
-    val maxima = Max(t) +: (p.policy.lateness.toSeq ++ p.policy.gap.toSeq).map(Max(_))
+    val maxima = Max(t) +: (column(PartialAggregation.Lateness).toSeq ++ column(PartialAggregation.RowSessionEnd).toSeq).map(Max(_))
     val aggregates = p.aggregation.aggregateExpressionsOver(p.inputs).map(_.copy(mode = Partial)) ++
       (rows +: maxima).map(AggregateExpression(_, Partial, isDistinct = false))
     val grouping = p.keys :+ startAttr
