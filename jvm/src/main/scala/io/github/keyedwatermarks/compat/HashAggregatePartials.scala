@@ -4,9 +4,8 @@ import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Count, Max, Partial}
-import org.apache.spark.sql.execution.{ExpandExec, FilterExec, ProjectExec, SparkPlan, UnaryExecNode}
+import org.apache.spark.sql.execution.{ExpandExec, FilterExec, ProjectExec, SparkPlan}
 import org.apache.spark.sql.execution.aggregate.HashAggregateExec
-import org.apache.spark.sql.execution.metric.{SQLMetric, SQLMetrics}
 import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongType}
 
 import io.github.keyedwatermarks.input.{InvalidRows, ProjectedInput}
@@ -116,17 +115,10 @@ case class PartialPayloadExec(
     windowStart: Attribute,
     rows: Attribute,
     output: Seq[Attribute],
-    child: SparkPlan) extends UnaryExecNode {
+    child: SparkPlan) extends KeyedPartialNode {
 
   override protected def withNewChildInternal(newChild: SparkPlan): PartialPayloadExec = copy(child = newChild)
-  override def producedAttributes: AttributeSet = AttributeSet(output.filterNot(keys.contains))
-
-  override lazy val metrics: Map[String, SQLMetric] = Map(
-    "numPartials" -> SQLMetrics.createMetric(sparkContext, "number of partials"))
-
-  // Shown in explain() and the SQL UI; tests check which path a query takes.
-  override def simpleString(maxFields: Int): String =
-    s"KeyedPartialAggregate keys=${keys.mkString("[", ", ", "]")} partials=hash-aggregate"
+  override protected def path: String = "hash-aggregate"
 
   override protected def doExecute(): RDD[InternalRow] = {
     val in = child.output

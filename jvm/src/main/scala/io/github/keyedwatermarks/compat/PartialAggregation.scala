@@ -147,6 +147,26 @@ object KeyedPartialAggregateStrategy extends SparkStrategy {
   }
 }
 
+/**
+ * What both physical forms of the partial aggregation show ([[KeyedPartialAggregateExec]],
+ * [[PartialPayloadExec]]): the keys, the path taken and the number of partials.
+ */
+trait KeyedPartialNode extends UnaryExecNode {
+  def keys: Seq[Attribute]
+
+  /** The partial path: "on-heap" or "hash-aggregate". */
+  protected def path: String
+
+  override def producedAttributes: AttributeSet = AttributeSet(output.filterNot(keys.contains))
+
+  override lazy val metrics: Map[String, SQLMetric] = Map(
+    "numPartials" -> SQLMetrics.createMetric(sparkContext, "number of partials"))
+
+  // Shown in explain() and the SQL UI; tests check which path a query takes.
+  override def simpleString(maxFields: Int): String =
+    s"KeyedPartialAggregate keys=${keys.mkString("[", ", ", "]")} partials=$path"
+}
+
 case class KeyedPartialAggregateExec(
     keys: Seq[Attribute],
     eventTime: Attribute,
@@ -157,17 +177,10 @@ case class KeyedPartialAggregateExec(
     inputs: Seq[Attribute],
     payload: StructType,
     output: Seq[Attribute],
-    child: SparkPlan) extends UnaryExecNode {
+    child: SparkPlan) extends KeyedPartialNode {
 
   override protected def withNewChildInternal(newChild: SparkPlan): KeyedPartialAggregateExec = copy(child = newChild)
-  override def producedAttributes: AttributeSet = AttributeSet(output.filterNot(keys.contains))
-
-  override lazy val metrics: Map[String, SQLMetric] = Map(
-    "numPartials" -> SQLMetrics.createMetric(sparkContext, "number of partials"))
-
-  // Shown in explain() and the SQL UI; tests check which path a query takes.
-  override def simpleString(maxFields: Int): String =
-    s"KeyedPartialAggregate keys=${keys.mkString("[", ", ", "]")} partials=on-heap"
+  override protected def path: String = "on-heap"
 
   override protected def doExecute(): RDD[InternalRow] = {
     val agg = aggregation
