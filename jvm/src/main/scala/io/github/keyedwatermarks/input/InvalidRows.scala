@@ -10,9 +10,10 @@ import org.apache.spark.sql.{Column, DataFrame, functions => F}
  * Why not `observe()` the input rows: Spark's CollectMetricsExec is not code-generated and
  * updates an accumulator per row, which cost up to a sixth of the CPU of a micro-batch (see
  * benchmarks/results/profile.md). The partial aggregation reads every row anyway, so it skips
- * each invalid row by its reason code and emits, per input partition, one *sentinel partial*
- * per reason that occurred: its window start is [[sentinelStart]] of the reason and its row
- * count the number of such rows. [[observe]] then sums row counts over partials (a few
+ * each invalid row by its reason code and emits, per input partition, *sentinel partials* for
+ * the reasons that occurred (one per reason; with Spark's HashAggregateExec one per key and
+ * reason): the window start is [[sentinelStart]] of the reason and the row count the number of
+ * such rows. [[observe]] then sums row counts over partials (a few
  * thousand per batch instead of every row) and drops the sentinels before the shuffle.
  */
 object InvalidRows {
