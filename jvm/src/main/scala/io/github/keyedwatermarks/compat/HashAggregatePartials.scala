@@ -42,12 +42,7 @@ private[compat] object HashAggregatePartials {
   val MaxWindowsPerRow = 64
 
   /** Whether the windows fit this plan (see [[MaxWindowsPerRow]]). */
-  def supports(windows: WindowAssigner): Boolean = windowsPerRow(windows) <= MaxWindowsPerRow
-
-  private def windowsPerRow(windows: WindowAssigner): Long = windows match {
-    case w: SlidingWindows => (w.sizeMicros + w.slideMicros - 1) / w.slideMicros
-    case _ => 1L
-  }
+  def supports(windows: WindowAssigner): Boolean = windows.maxWindowsPerEvent <= MaxWindowsPerRow
 
   def plan(p: KeyedPartialAggregate, child: SparkPlan): SparkPlan = {
     val t = p.eventTime
@@ -68,7 +63,7 @@ private[compat] object HashAggregatePartials {
       case w: SlidingWindows =>
         // A row is in its i-th window (0 = the last) while that window's end is after it: up
         // to ceil(size / slide) copies, filtered, as Spark's own sliding window() is planned.
-        val copies = windowsPerRow(w).toInt
+        val copies = w.maxWindowsPerEvent.toInt
         val isLast = AttributeReference("kw_last_window", BooleanType, nullable = false)()
         val expand = ExpandExec(
           Seq.tabulate(copies)(i => child.output ++ Seq(start(i), Literal(i == 0))),

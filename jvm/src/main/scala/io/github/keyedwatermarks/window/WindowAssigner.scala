@@ -16,26 +16,19 @@ sealed trait WindowAssigner extends Serializable {
 
   /**
    * Calls `f` with the start of every window holding `eventTime`, latest first. A row belongs
-   * to ceil(size / slide) or fewer windows; the first one passed is its last window, the one
+   * to [[maxWindowsPerEvent]] or fewer windows; the first one passed is its last window, the one
    * that closes last.
    */
   @inline final def foreachWindowStart(eventTime: Long)(f: Long => Unit): Unit = {
-    val last = lastWindowStart(eventTime)
-    val n = windowCount(eventTime, last)
-    var i = 0
-    while (i < n) { f(last - i * slideMicros); i += 1 }
+    var start = lastWindowStart(eventTime)
+    while (start + sizeMicros > eventTime) {
+      f(start)
+      start -= slideMicros
+    }
   }
 
-  /**
-   * How many windows hold `eventTime`, given its [[lastWindowStart]] `last`: the i-th of them
-   * (0 = the last) starts at `last - i * slideMicros`. For hot loops that should not allocate
-   * a closure per row, as foreachWindowStart does.
-   */
-  final def windowCount(eventTime: Long, last: Long): Int = {
-    // Windows last - i * slide hold eventTime while last - i * slide + size > eventTime.
-    val span = last + sizeMicros - eventTime
-    ((span + slideMicros - 1) / slideMicros).toInt
-  }
+  /** The most windows one event time can fall in: ceil(size / slide) (1 unless sliding). */
+  final def maxWindowsPerEvent: Long = (sizeMicros + slideMicros - 1) / slideMicros
 
   /** End (exclusive) of the window starting at `start`. */
   final def windowEnd(start: Long): Long = start + sizeMicros
