@@ -125,8 +125,8 @@ def test_negative_lateness_string(events):
 
 
 def test_negative_lateness_timedelta(events):
-    # A timedelta is converted in Python, which rejects a negative one itself.
-    with pytest.raises(PySparkValueError, match="^lateness: must not be negative"):
+    # A timedelta is only converted in Python; the JVM applies the same rule as to a string.
+    with pytest.raises(IllegalArgumentException, match="^lateness: must not be negative, got '-5000000 microseconds'"):
         _keyed(events, lateness=dt.timedelta(seconds=-5))
 
 
@@ -154,7 +154,7 @@ def test_zero_or_negative_window(events, size):
 
 
 def test_negative_window_timedelta(events):
-    with pytest.raises(PySparkValueError, match="^window: must not be negative"):
+    with pytest.raises(IllegalArgumentException, match="^window: size must be positive"):
         _keyed(events).window(dt.timedelta(seconds=-10))
 
 
@@ -167,7 +167,7 @@ def test_non_positive_idle_timeout(events, bad):
 def test_duration_of_wrong_type(events):
     with pytest.raises(PySparkTypeError, match="^lateness: expected a duration string"):
         _keyed(events, lateness=5)
-    with pytest.raises(PySparkValueError, match="^lateness: a duration is required"):
+    with pytest.raises(IllegalArgumentException, match="^lateness: a duration is required"):
         _keyed(events, lateness=None)
     with pytest.raises(PySparkTypeError, match="^window: expected a duration string"):
         _keyed(events).window(10)
@@ -211,7 +211,7 @@ def test_non_column_in_agg(events, report):
 def test_empty_agg(events, report):
     w = _window(events)
     agg = w.agg_with_report if report else w.agg
-    with pytest.raises(PySparkValueError, match="^agg: at least one aggregate column is required"):
+    with pytest.raises(IllegalArgumentException, match="^agg: at least one aggregate column is required"):
         agg()
 
 
@@ -281,3 +281,52 @@ def test_slide_larger_than_window(events):
 def test_bad_slide_duration(events):
     with pytest.raises(IllegalArgumentException, match="slide: 'often' is not a valid duration"):
         _keyed(events).window("10 seconds", slide="often")
+
+
+# ---- result column names ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key, aggs, column",
+    [
+        ("device", lambda: [F.count("*").alias("n"), F.sum("temp").alias("n")], "n"),
+        ("device", lambda: [F.count("*").alias("device")], "device"),
+        ("device", lambda: [F.count("*").alias("WINDOW")], "WINDOW"),
+        ("device", lambda: [F.count("*").alias("kw_kind")], "kw_kind"),
+    ],
+)
+def test_duplicate_result_names_are_refused_before_start(events, key, aggs, column):
+    with pytest.raises(IllegalArgumentException, match=f"^agg: the result would have two columns named '{column}'"):
+        _keyed(events, key=key).window("10 seconds").agg(*aggs())
+
+
+def test_key_named_window_is_refused(spark, tmp_path):
+    d = tmp_path / "input"
+    d.mkdir()
+    events = spark.readStream.schema("window STRING, ts TIMESTAMP").parquet(str(d))
+    with pytest.raises(IllegalArgumentException, match="two columns named 'window'.*key column 'window'"):
+        kw.keyed_watermark(events, key="window", event_time="ts", lateness="1 second").window("10 seconds").agg(
+            F.count("*")
+        )
+
+
+def test_revision_alias_with_allowed_lateness_is_refused(events):
+    with pytest.raises(IllegalArgumentException, match="two columns named 'revision'"):
+        _keyed(events).window("10 seconds", allowed_lateness="1 minute").agg(F.count("*").alias("revision"))
+
+
+def test_too_many_windows_per_row_is_refused_while_defining(events):
+    # 10 s sliding every microsecond would put each row in ten million windows.
+    with pytest.raises(IllegalArgumentException, match="^slide: '1 microsecond' puts each row in 10000000 windows"):
+        _keyed(events).window("10 seconds", slide="1 microsecond")
+    _keyed(events).window("10 seconds", slide="10 milliseconds")  # 1,000 windows: the bound itself
+
+
+def test_key_lateness_and_adaptive_lateness_are_refused_together(events):
+    with pytest.raises(IllegalArgumentException, match="^key_lateness and adaptive_lateness: choose one"):
+        _keyed(events, key_lateness={"a": "1 minute"}, adaptive_lateness=kw.AdaptiveLateness())
+
+
+def test_adaptive_lateness_options_are_named_as_in_python(events):
+    with pytest.raises(IllegalArgumentException, match="^adaptive_lateness.min '2 hours' is above adaptive_lateness.max"):
+        _keyed(events, adaptive_lateness=kw.AdaptiveLateness(min="2 hours", max="1 hour"))

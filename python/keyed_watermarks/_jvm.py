@@ -8,7 +8,7 @@ from typing import Any
 from pyspark.errors import PySparkRuntimeError, PySparkTypeError
 from pyspark.sql import DataFrame, SparkSession
 
-_FACADE = "io.github.keyedwatermarks.KeyedWatermarks"
+_ENTRY = "io.github.keyedwatermarks.python.PythonAPI"
 ROCKSDB_PROVIDER = (
     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 )
@@ -41,26 +41,12 @@ def is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def facade(df: DataFrame) -> Any:
-    """The JVM facade object, after checking the DataFrame's session can reach it."""
-    if not isinstance(df, DataFrame) and not type(df).__name__ == "DataFrame":
-        raise PySparkTypeError(
-            message=f"events must be a pyspark DataFrame, got {type(df).__name__}"
-        )
-    spark = df.sparkSession
-    if is_connect(spark):
-        raise PySparkRuntimeError(
-            message=(
-                "keyed_watermarks runs its operator in the Spark driver's JVM and does not "
-                "support Spark Connect sessions yet; use a classic SparkSession built with "
-                "keyed_watermarks.configure(SparkSession.builder)"
-            )
-        )
-    jvm = spark.sparkContext._jvm
+def python_api(df: DataFrame) -> Any:
+    """The JVM entry point ``io.github.keyedwatermarks.python.PythonAPI`` of a classic session,
+    after checking that the session has the keyed-watermarks jar."""
+    jvm = df.sparkSession.sparkContext._jvm
     try:
-        cls = jvm.java.lang.Class.forName(
-            _FACADE, True, jvm.Thread.currentThread().getContextClassLoader()
-        )
+        jvm.java.lang.Class.forName(_ENTRY, True, jvm.Thread.currentThread().getContextClassLoader())
     except Exception as e:  # py4j raises Py4JJavaError (ClassNotFoundException)
         raise PySparkRuntimeError(
             message=(
@@ -69,8 +55,7 @@ def facade(df: DataFrame) -> Any:
                 f"(or pass --jars {_safe_jar_path()}) before any other SparkSession starts"
             )
         ) from e
-    del cls
-    return getattr(jvm, _FACADE)
+    return getattr(jvm, _ENTRY)
 
 
 def _safe_jar_path() -> str:

@@ -4,27 +4,24 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from pyspark.errors import PySparkTypeError, PySparkValueError
+from pyspark.errors import PySparkTypeError
 from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
-from keyed_watermarks._jvm import facade
+from keyed_watermarks._backend import backend
 
 Duration = Union[str, datetime.timedelta]
 
 
 def _duration(option: str, value: Optional[Duration]) -> Optional[str]:
-    """Spark duration string for a str or timedelta (validated in the JVM by Spark's parser)."""
-    if value is None:
-        return None
+    """A Spark duration string for a str or timedelta; the JVM parses and checks it."""
+    if value is None or isinstance(value, str):
+        return value
     if isinstance(value, datetime.timedelta):
         micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
-        if micros < 0:
-            raise PySparkValueError(message=f"{option}: must not be negative, got {value!r}")
         return f"{micros} microseconds"
-    if isinstance(value, str):
-        return value
     raise PySparkTypeError(
         message=(
             f"{option}: expected a duration string such as '10 seconds' or a "
@@ -34,17 +31,22 @@ def _duration(option: str, value: Optional[Duration]) -> Optional[str]:
 
 
 def _names(option: str, value: Union[str, Sequence[str]]) -> List[str]:
-    if isinstance(value, str):
-        names = [value]
-    elif isinstance(value, (list, tuple)):
-        names = list(value)
-    else:
-        names = []
+    names = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else []
     if not names or not all(isinstance(n, str) and n for n in names):
         raise PySparkTypeError(
             message=f"{option}: expected a column name or a non-empty list of names, got {value!r}"
         )
     return names
+
+
+def _bool(option: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise PySparkTypeError(message=f"{option}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def _drop_none(options: Mapping[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in options.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -69,27 +71,22 @@ class AdaptiveLateness:
 
 
 class KeyedWindow:
-    """Tumbling or sliding windows per key. Build the result with :meth:`agg`."""
+    """Windows per key (tumbling, sliding or sessions). Build the result with :meth:`agg`."""
 
-    def __init__(self, jwindow: Any, events: DataFrame) -> None:
-        self._jwindow = jwindow
-        self._events = events
+    def __init__(self, watermark: "KeyedWatermark", windows: Dict[str, Any]) -> None:
+        self._watermark = watermark
+        self._options = {**watermark._options, **windows}
+        self._columns = dict(watermark._columns)
+        self._backend = watermark._backend
 
-    def _agg(self, cols: Sequence[Column], report: bool, keep_late_rows: bool = False) -> DataFrame:
-        if not cols:
-            raise PySparkValueError(message="agg: at least one aggregate column is required")
+    def _plan(self, cols: Sequence[Column], report: bool, keep_late_rows: bool = False) -> DataFrame:
         for c in cols:
             if not isinstance(c, Column):
                 raise PySparkTypeError(
                     message=f"agg: expected pyspark Columns such as F.count('*'), got {type(c).__name__}"
                 )
-        spark = self._events.sparkSession
-        sc = spark.sparkContext
-        jcols = sc._jvm.java.util.ArrayList()
-        for c in cols:
-            jcols.add(c._jc)
-        jdf = facade(self._events).agg(self._jwindow, jcols, report, keep_late_rows)
-        return DataFrame(jdf, spark)
+        options = {**self._options, "report": report, "keep_late_rows": keep_late_rows}
+        return self._backend.plan(self._watermark._events, options, self._columns, list(cols))
 
     def agg(self, *cols: Column) -> DataFrame:
         """Aggregates each key's windows; emits a window when its key's watermark passes its end.
@@ -105,7 +102,7 @@ class KeyedWindow:
         ...               .agg(F.count("*").alias("n"), F.avg("temp").alias("avg_temp")))
         ... # doctest: +SKIP
         """
-        return self._agg(cols, report=False)
+        return self._plan(cols, report=False)
 
     def agg_with_report(self, *cols: Column, keep_late_rows: bool = False) -> DataFrame:
         """Like :meth:`agg`, plus report rows and columns.
@@ -128,17 +125,15 @@ class KeyedWindow:
         ...     late_rows=lambda df, batch_id: df.write.mode("append").parquet(dead_letter_path),
         ... )).start()  # doctest: +SKIP
         """
-        if not isinstance(keep_late_rows, bool):
-            raise PySparkTypeError(
-                message=f"keep_late_rows: expected a bool, got {type(keep_late_rows).__name__}"
-            )
-        return self._agg(cols, report=True, keep_late_rows=keep_late_rows)
+        return self._plan(cols, report=True, keep_late_rows=_bool("keep_late_rows", keep_late_rows))
 
 
 class KeyedWatermark:
     """Per-key event-time watermark over a streaming DataFrame.
 
-    ``wm(key) = max event time seen for key - lateness``; see docs/semantics.md.
+    ``wm(key) = max event time seen for key - lateness``; see docs/semantics.md. This class
+    only converts its arguments (durations to Spark duration strings, names to lists); the
+    JVM checks every option, with the same messages on classic and Spark Connect sessions.
     """
 
     def __init__(
@@ -159,83 +154,66 @@ class KeyedWatermark:
         sources: Optional[Sequence[str]] = None,
         source_idle_timeout: Optional[Duration] = None,
     ) -> None:
-        keys = _names("key", key)
         if not isinstance(event_time, str) or not event_time:
+            raise PySparkTypeError(message=f"event_time: expected a column name, got {event_time!r}")
+        columns: Dict[str, Column] = {}
+        mapping = None
+        if isinstance(key_lateness, Column):
+            columns["key_lateness"] = key_lateness
+        elif isinstance(key_lateness, Mapping):
+            mapping = {str(k): _duration(f"key_lateness[{k!r}]", d) for k, d in key_lateness.items()}
+        elif key_lateness is not None:
             raise PySparkTypeError(
-                message=f"event_time: expected a column name, got {event_time!r}"
+                message="key_lateness: expected a Column of durations or a dict of key -> duration, "
+                f"got {type(key_lateness).__name__}"
             )
-        if lateness is None:
-            raise PySparkValueError(message="lateness: a duration is required, e.g. '5 seconds'")
-        if clock not in ("event_time", "processing_time"):
-            raise PySparkValueError(
-                message=f"clock: expected 'event_time' or 'processing_time', got {clock!r}"
-            )
-        if closing not in ("keyed", "global"):
-            raise PySparkValueError(message=f"closing: expected 'keyed' or 'global', got {closing!r}")
-        if not isinstance(advance_when_idle, bool):
-            raise PySparkTypeError(message="advance_when_idle: expected a bool")
-        if key_lateness is not None and adaptive_lateness is not None:
-            raise PySparkValueError(
-                message="key_lateness and adaptive_lateness: choose one way to set per-key lateness"
-            )
-        if sources is not None and source is None:
-            raise PySparkValueError(message="sources: needs the source column (source=...)")
-        if source_idle_timeout is not None and source is None:
-            raise PySparkValueError(message="source_idle_timeout: needs the source column (source=...)")
-        jvm_facade = facade(events)
-        jvm = events.sparkSession.sparkContext._jvm
-        jkeys = jvm.java.util.ArrayList()
-        for k in keys:
-            jkeys.add(k)
-        self._events = events
-        jwm = jvm_facade.keyedWatermark(
-            events._jdf, jkeys, event_time, _duration("lateness", lateness), None
-        )
-        if key_lateness is not None:
-            if isinstance(key_lateness, Column):
-                jwm = jwm.withLatenessColumn(key_lateness._jc)
-            elif isinstance(key_lateness, Mapping):
-                jmap = jvm.java.util.HashMap()
-                for k, d in key_lateness.items():
-                    jmap.put(str(k), _duration(f"key_lateness[{k!r}]", d))
-                jwm = jvm_facade.latenessMapping(jwm, jmap)
-            else:
-                raise PySparkTypeError(
-                    message="key_lateness: expected a Column of durations or a dict of key -> duration, "
-                    f"got {type(key_lateness).__name__}"
-                )
+        adaptive = None
         if adaptive_lateness is not None:
             if not isinstance(adaptive_lateness, AdaptiveLateness):
                 raise PySparkTypeError(message="adaptive_lateness: expected kw.AdaptiveLateness(...)")
             a = adaptive_lateness
-            jwm = jwm.withAdaptiveLateness(
-                float(a.quantile), _duration("min", a.min), _duration("max", a.max), float(a.relative_error)
-            )
-        if clock == "processing_time":
-            jwm = jwm.withProcessingTime()
-        if idle_timeout is not None:
-            jwm = jwm.withIdleTimeout(_duration("idle_timeout", idle_timeout), advance_when_idle)
-        elif advance_when_idle:
-            raise PySparkValueError(message="advance_when_idle: needs idle_timeout")
-        if max_skew is not None:
-            jwm = jwm.withMaxSkew(_duration("max_skew", max_skew))
-        if closing == "global":
-            jwm = jwm.withGlobalClosing()
+            adaptive = {
+                "quantile": a.quantile,
+                "min": _duration("adaptive_lateness.min", a.min),
+                "max": _duration("adaptive_lateness.max", a.max),
+                "relative_error": a.relative_error,
+            }
         if source is not None:
-            from pyspark.sql import functions as F
-
-            source_col = F.col(source) if isinstance(source, str) else source
-            if not isinstance(source_col, Column):
+            if isinstance(source, str):
+                source = F.col(source)
+            if not isinstance(source, Column):
                 raise PySparkTypeError(message="source: expected a column name or a Column")
-            jexpected = jvm.java.util.ArrayList()
-            for name in sources or []:
-                if not isinstance(name, str):
-                    raise PySparkTypeError(message=f"sources: expected strings, got {name!r}")
-                jexpected.add(name)
-            jwm = jvm_facade.sources(
-                jwm, source_col._jc, jexpected, _duration("source_idle_timeout", source_idle_timeout)
-            )
-        self._jwatermark = jwm
+            columns["source"] = source
+        if sources is not None:
+            if isinstance(sources, str) or not all(isinstance(n, str) for n in sources):
+                raise PySparkTypeError(message=f"sources: expected a list of strings, got {sources!r}")
+            sources = list(sources) or None
+        self._events = events
+        self._columns = columns
+        self._options = _drop_none(
+            {
+                "key": _names("key", key),
+                "event_time": event_time,
+                "lateness": _duration("lateness", lateness),
+                "idle_timeout": _duration("idle_timeout", idle_timeout),
+                "key_lateness": mapping,
+                "adaptive_lateness": adaptive,
+                "clock": clock,
+                "advance_when_idle": _bool("advance_when_idle", advance_when_idle),
+                "max_skew": _duration("max_skew", max_skew),
+                "closing": closing,
+                "sources": sources,
+                "source_idle_timeout": _duration("source_idle_timeout", source_idle_timeout),
+            }
+        )
+        self._backend = backend(events)
+        self._backend.validate_watermark(events, self._options, columns)
+
+    def _windows(self, windows: Dict[str, Any], columns: Dict[str, Column]) -> KeyedWindow:
+        window = KeyedWindow(self, windows)
+        window._columns.update(columns)
+        self._backend.validate_windows(self._events, windows, columns)
+        return window
 
     def window(
         self,
@@ -254,14 +232,14 @@ class KeyedWatermark:
         emitted again as a new revision. The result then has an extra ``revision`` column
         (0 for the first firing); the last revision of a window is its final value.
         """
-        if size is None:
-            raise PySparkValueError(message="window: a size is required, e.g. '10 seconds'")
-        jwindow = self._jwatermark.window(
-            _duration("window", size),
-            _duration("slide", slide),
-            _duration("allowed_lateness", allowed_lateness),
+        window = _drop_none(
+            {
+                "size": _duration("window", size),
+                "slide": _duration("slide", slide),
+                "allowed_lateness": _duration("allowed_lateness", allowed_lateness),
+            }
         )
-        return KeyedWindow(jwindow, self._events)
+        return self._windows({"window": window}, {})
 
     def session(
         self, gap: Union[Duration, Column], allowed_lateness: Optional[Duration] = None
@@ -293,15 +271,10 @@ class KeyedWatermark:
         ...                       .otherwise("30 seconds"))
         ...             .agg(F.count("*").alias("n")))  # doctest: +SKIP
         """
-        if gap is None:
-            raise PySparkValueError(message="gap: a duration is required, e.g. '30 seconds'")
         allowed = _duration("allowed_lateness", allowed_lateness)
-        jvm_facade = facade(self._events)
         if isinstance(gap, Column):
-            jwindow = jvm_facade.session(self._jwatermark, gap._jc, allowed)
-        else:
-            jwindow = jvm_facade.session(self._jwatermark, _duration("gap", gap), allowed)
-        return KeyedWindow(jwindow, self._events)
+            return self._windows({"session": _drop_none({"allowed_lateness": allowed})}, {"gap": gap})
+        return self._windows({"session": _drop_none({"gap": _duration("gap", gap), "allowed_lateness": allowed})}, {})
 
 
 def keyed_watermark(

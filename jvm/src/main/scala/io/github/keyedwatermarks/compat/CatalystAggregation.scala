@@ -167,6 +167,11 @@ private[keyedwatermarks] object CatalystAggregation {
    * Builds the evaluator from the analyzed plan of `events.groupBy(keys, window).agg(aggs)`.
    * `inputAttributes` are the columns of the rows that will be fed to update().
    */
+  /** The input attributes (by expression id) that the aggregate functions of `plan` read. */
+  def referencedInputs(plan: LogicalPlan): Set[ExprId] =
+    plan.flatMap(_.expressions).flatMap(_.collect { case ae: AggregateExpression => ae }).flatMap(_.references)
+      .map(_.exprId).toSet
+
   def fromAnalyzedAggregate(plan: LogicalPlan, inputAttributes: Seq[Attribute]): CatalystAggregation = {
     val aggregate = plan.collectFirst { case a: Aggregate => a }.getOrElse(
       throw new IllegalArgumentException(s"expected an aggregation plan, got:\n$plan"))

@@ -41,9 +41,16 @@ object InputPlan {
     if (eventTimeType != TimestampType) throw new IllegalArgumentException(
       s"event_time: column '$eventTime' must be of type TIMESTAMP, but it is ${eventTimeType.sql}; " +
         s"cast it first, e.g. F.col('$eventTime').cast('timestamp')")
-    if (keys.contains(eventTime)) throw new IllegalArgumentException(
+    // Names as Spark resolved them: "`a.b`" (a column whose name has a dot) is the column a.b,
+    // as in groupBy; the result's columns carry these names.
+    def resolvedName(c: Column) = events.select(c).schema.head.name
+    val keyNames = keyColumns.map(resolvedName)
+    val eventTimeName = resolvedName(eventTimeColumn)
+    if (keyNames.contains(eventTimeName)) throw new IllegalArgumentException(
       s"event_time: column '$eventTime' is also a key column")
-    InputPlan(events, keys, eventTime, keyColumns, eventTimeColumn)
+    if (keyNames.distinct.size != keyNames.size) throw new IllegalArgumentException(
+      s"key: duplicate columns in ${keys.mkString(", ")}")
+    InputPlan(events, keyNames, eventTimeName, keyColumns, eventTimeColumn)
   }
 }
 

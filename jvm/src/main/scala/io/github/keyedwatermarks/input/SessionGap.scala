@@ -17,11 +17,16 @@ object SessionGap {
    * Fails before the query starts if the gap is not of a type session_window accepts.
    */
   def rowEndMicros(events: DataFrame, eventTime: Column, gap: Column): Column = {
+    checkType(events, gap)
+    F.unix_micros(eventTime + gap.cast("interval"))
+  }
+
+  /** Fails before the query starts if `gap` is unknown or not of a type session_window accepts. */
+  def checkType(events: DataFrame, gap: Column): Unit = {
     val dataType = events.select(gap).schema.head.dataType
     if (!SparkInternals.castsToCalendarInterval(dataType)) throw new IllegalArgumentException(
       s"gap: the column must hold durations as session_window accepts them (a string such as " +
         s"'5 minutes', or a calendar INTERVAL), but it is ${dataType.sql}")
-    F.unix_micros(eventTime + gap.cast("interval"))
   }
 
   /** Spark's session_window drops a row whose session would not end after it starts. */

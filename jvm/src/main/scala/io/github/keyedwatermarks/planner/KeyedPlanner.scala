@@ -1,0 +1,178 @@
+package io.github.keyedwatermarks.planner
+
+import org.apache.spark.sql.{Column, DataFrame, Encoders, functions => F}
+import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
+
+import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, Partials, SparkInternals}
+import io.github.keyedwatermarks.emission.WindowEmitter
+import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap}
+import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
+import io.github.keyedwatermarks.spec._
+import io.github.keyedwatermarks.watermark.AdaptiveLateness
+import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows}
+
+/**
+ * Plans a [[KeyedQuerySpec]] over a streaming DataFrame:
+ *  1. [[resolveInput]]: validates the spec against the input (before any query starts);
+ *  2. [[reference]]: Spark's own `groupBy(keys, window).agg(aggs)`, which resolves and
+ *     type-checks the aggregates and fixes the result's columns;
+ *  3. [[project]]: only the columns the aggregates and the policy read, plus a reason code;
+ *  4. [[partials]]: one partial per (key, window) per input partition, before the shuffle;
+ *  5. [[operator]]: `transformWithState` with the per-key watermark processor;
+ *  6. [[observed]]: invalid rows added (when kept) and the per-batch output counts.
+ */
+object KeyedPlanner {
+  val OutputMetrics = "keyed_watermarks_output"
+
+  def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = {
+    val input = resolveInput(events, spec)
+    val ref = reference(input, spec)
+    val projected = project(input, ref, spec)
+    val aggregation = CatalystAggregation.fromAnalyzedAggregate(ref.analyzed, SparkInternals.output(projected.frame))
+    val emitter = new WindowEmitter(ref.schema, input.keys.map(ref.schema.fieldIndex).toArray,
+      if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
+      withRevision = spec.windows.allowedLateness.isDefined)
+    val partials = PartialAggregation(projected.frame, input.keys.size, Assigners.of(spec.windows), aggregation,
+      spec.aggregation.keepLateRows, keepEventTimes = spec.watermark.policy.lateness.isInstanceOf[AdaptiveLateness])
+    val out = operator(spec, projected, partials, aggregation, emitter)
+    observed(projected.invalidRows.fold(out)(invalid =>
+      out.union(WindowEmitter.invalidRows(invalid, emitter, input.keys.map(ref.schema(_).name)))))
+  }
+
+  /**
+   * Validates the whole spec against `events`. With max_skew / closing='global', Spark tracks
+   * its global watermark on the input; our partials carry no watermark column, so Spark drops
+   * nothing on its behalf.
+   */
+  def resolveInput(events: DataFrame, spec: KeyedQuerySpec): InputPlan = {
+    val w = spec.watermark
+    w.validate(events)
+    spec.windows.validate(events)
+    requireRocksDb(events)
+    if (!w.usesGlobalWatermark) InputPlan.validate(events, w.keys, w.eventTime)
+    else InputPlan.validate(events.withWatermark(w.eventTime, w.lateness.text), w.keys, w.eventTime)
+  }
+
+  /** Spark's batch aggregation of the same query: its analyzed plan and its result schema. */
+  final case class Reference(frame: DataFrame) {
+    lazy val analyzed = SparkInternals.analyzedPlan(frame)
+    def schema = frame.schema
+  }
+
+  def reference(input: InputPlan, spec: KeyedQuerySpec): Reference = {
+    val aggs = spec.aggregation.aggregates
+    // Spark resolves and type-checks the aggregates exactly as for a batch groupBy; a
+    // non-aggregate expression fails here with Spark's own AnalysisException.
+    val ref = Reference(input.events.groupBy(input.keyColumns :+ windowColumn(input, spec.windows): _*)
+      .agg(aggs.head, aggs.tail: _*))
+    OutputNames.check(ref.schema, input.keys.size, spec)
+    ref
+  }
+
+  /** The window column of the reference aggregation (its name and type are the result's). */
+  private def windowColumn(input: InputPlan, windows: WindowSpec): Column = windows match {
+    case Tumbling(size, _) => F.window(input.eventTimeColumn, size.text)
+    case Sliding(size, slide, _) => F.window(input.eventTimeColumn, size.text, slide.text)
+    case Sessions(FixedGap(gap), _) => F.session_window(input.eventTimeColumn, gap.text)
+    case Sessions(ColumnGap(gap), _) => F.session_window(input.eventTimeColumn, gap)
+  }
+
+  /** Per-row session end, when the gap is per row (a column, or days on the calendar). */
+  private def rowSessionEnd(input: InputPlan, windows: WindowSpec): Option[Column] = windows match {
+    case Sessions(g @ FixedGap(gap), _) if g.hasCalendarDays =>
+      Some(SessionGap.rowEndMicros(input.events, input.eventTimeColumn, F.lit(gap.text)))
+    case Sessions(ColumnGap(gap), _) => Some(SessionGap.rowEndMicros(input.events, input.eventTimeColumn, gap))
+    case _: Tumbling | _: Sliding | Sessions(FixedGap(_), _) => None
+  }
+
+  private def perRowGap(windows: WindowSpec): Boolean = Assigners.of(windows) match {
+    case s: SessionWindows => s.dynamicGap
+    case _: TumblingWindows | _: SlidingWindows => false
+  }
+
+  /** Per-row lateness in microseconds (null: the default), when the policy reads a column. */
+  private def latenessColumn(input: InputPlan, keyLateness: KeyLateness): Option[Column] = keyLateness match {
+    case KeyLateness.ByColumn(c) => Some(DurationColumn.micros(input.events, c, "key_lateness"))
+    case KeyLateness.ByKey(mapping) =>
+      val key = input.keyColumns.head.cast("string")
+      Some(mapping.foldLeft(F.lit(null).cast("long")) { case (acc, (k, d)) =>
+        F.when(key === k, F.lit(d.micros)).otherwise(acc)
+      })
+    case KeyLateness.Fixed | _: KeyLateness.Adaptive => None
+  }
+
+  def project(input: InputPlan, ref: Reference, spec: KeyedQuerySpec): ProjectedInput = {
+    val w = spec.watermark
+    val eventColumns = SparkInternals.output(input.events)
+    val referenced = CatalystAggregation.referencedInputs(ref.analyzed)
+    val aggregateInputs = eventColumns.filter(a => referenced.contains(a.exprId)).map(_.name)
+    val sessionEnd = rowSessionEnd(input, spec.windows)
+    val source = w.sources.map(_.column.cast("string"))
+    val policyColumns =
+      latenessColumn(input, w.keyLateness).map(c => F.coalesce(c, F.lit(w.lateness.micros))
+        .as(PartialAggregation.Lateness)).toSeq ++
+        source.map(_.as(PartialAggregation.Source)).toSeq ++
+        sessionEnd.map(_.as(PartialAggregation.RowSessionEnd)).toSeq
+    ProjectedInput(input, aggregateInputs, spec.aggregation.keepLateRows, policyColumns, source, sessionEnd)
+  }
+
+  /**
+   * ProcessingTime mode makes Spark run a no-data batch after every batch (it cannot know when
+   * a timer is due), so it is used only when a policy needs processing-time timers. EventTime
+   * mode gives us Spark's global watermark (max_skew, closing='global'); it drops no rows here
+   * because no column of the partials carries watermark metadata.
+   */
+  private def timeMode(w: WatermarkSpec): TimeMode =
+    if (w.usesProcessingTimers) TimeMode.ProcessingTime()
+    else if (w.usesGlobalWatermark) TimeMode.EventTime()
+    else TimeMode.None()
+
+  def operator(
+      spec: KeyedQuerySpec,
+      projected: ProjectedInput,
+      partials: Partials,
+      aggregation: CatalystAggregation,
+      emitter: WindowEmitter): DataFrame = {
+    val plan = OperatorPlan(
+      keySchema = projected.keySchema,
+      payloadSchema = partials.payloadSchema,
+      windows = Assigners.of(spec.windows),
+      policy = spec.watermark.policy,
+      allowedLatenessMicros = spec.windows.allowedLateness.fold(0L)(_.micros),
+      keepLateRows = spec.aggregation.keepLateRows,
+      aggregation = aggregation,
+      emitter = emitter)
+    val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
+    val valid = InvalidRows.observe(partials.frame, PartialAggregation.WindowStart, PartialAggregation.Rows,
+      withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows))
+    // A value is the payload bytes (plus the key columns, which Spark's value encoder must
+    // cover), so the encoders copy one array per partial instead of converting every field to a
+    // Row and back. (A key hash leading the grouping, to make the sort's prefix decide, cost
+    // more in state store lookups out of key order than it saved: benchmarks/results/profile.md.)
+    val grouped = valid.select(valid.col(PartialAggregation.Payload) +: keys: _*)
+    grouped
+      .groupBy(keys: _*)
+      .as(Encoders.row(projected.keySchema), Encoders.row(grouped.schema))
+      .transformWithState(new KeyedWindowProcessor(plan), timeMode(spec.watermark), OutputMode.Append())(
+        Encoders.row(emitter.outputSchema))
+      .toDF()
+  }
+
+  /** The per-batch output counts, as observed metrics (`query.lastProgress.observedMetrics`). */
+  def observed(all: DataFrame): DataFrame =
+    all.observe(OutputMetrics,
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"),
+      F.coalesce(F.sum(all.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark"))
+
+  val RocksDbProvider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+  /** transformWithState keeps its state only in the RocksDB provider: say so before the query starts. */
+  def requireRocksDb(events: DataFrame): Unit = {
+    val key = "spark.sql.streaming.stateStore.providerClass"
+    val provider = events.sparkSession.conf.getOption(key).getOrElse("")
+    if (provider != RocksDbProvider) throw new IllegalArgumentException(
+      s"keyed watermarks keep their state in the RocksDB state store: set $key=$RocksDbProvider " +
+        s"(keyed_watermarks.configure(builder) does this); it is '$provider'")
+  }
+}

@@ -1,0 +1,1 @@
+"""The Spark Connect client of keyed-watermarks (see backend.py)."""
