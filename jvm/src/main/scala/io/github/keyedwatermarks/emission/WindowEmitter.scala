@@ -35,8 +35,12 @@ final class WindowEmitter(
   val resultSchema: StructType =
     if (withRevision) aggregateSchema.add(RevisionColumn, IntegerType, nullable = false) else aggregateSchema
 
+  // Every result column is nullable here: report rows ('late', 'watermark', kept rows) carry
+  // no window and no aggregates. Spark's own result schema marks the window and count(*) as
+  // non-nullable for some inputs (batch frames; streams on Spark 4.2), and converting a report
+  // row against it fails with EXPRESSION_DECODING_FAILED.
   val outputSchema: StructType = {
-    val base = resultSchema
+    val base = StructType(resultSchema.fields.map(_.copy(nullable = true)))
       .add(KindColumn, StringType, nullable = false)
       .add(LateRowsColumn, LongType, nullable = true)
       .add(WatermarkColumn, TimestampType, nullable = true)

@@ -24,9 +24,10 @@ object InputPlan {
   val EventTimeMicros = "__kw_event_time_us"
   val InputMetrics = "keyed_watermarks_input"
 
-  def validate(events: DataFrame, keys: Seq[String], eventTime: String): InputPlan = {
+  /** `streaming = false` only for the in-memory operator tests, which plan one micro-batch at a time. */
+  def validate(events: DataFrame, keys: Seq[String], eventTime: String, streaming: Boolean = true): InputPlan = {
     if (events == null) throw new IllegalArgumentException("events: a streaming DataFrame is required")
-    if (!events.isStreaming) throw new IllegalArgumentException(
+    if (streaming && !events.isStreaming) throw new IllegalArgumentException(
       "events: keyed watermarks need a streaming DataFrame (spark.readStream...); " +
         "for a batch DataFrame use groupBy(key, window(...)).agg(...)")
     if (keys == null || keys.isEmpty) throw new IllegalArgumentException("key: at least one key column is required")

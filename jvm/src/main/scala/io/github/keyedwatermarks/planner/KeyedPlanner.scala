@@ -3,7 +3,7 @@ package io.github.keyedwatermarks.planner
 import org.apache.spark.sql.{Column, DataFrame, Encoders, functions => F}
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
 
-import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, Partials, SparkInternals}
+import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
 import io.github.keyedwatermarks.emission.WindowEmitter
 import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
@@ -17,7 +17,7 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  *  2. [[reference]]: Spark's own `groupBy(keys, window).agg(aggs)`, which resolves and
  *     type-checks the aggregates and fixes the result's columns;
  *  3. [[project]]: only the columns the aggregates and the policy read, plus a reason code;
- *  4. [[partials]]: one partial per (key, window) per input partition, before the shuffle;
+ *  4. [[prepare]]: one partial per (key, window) per input partition, before the shuffle;
  *  5. [[operator]]: `transformWithState` with the per-key watermark processor;
  *  6. [[observed]]: invalid rows added (when kept) and the per-batch output counts.
  */
@@ -25,7 +25,26 @@ object KeyedPlanner {
   val OutputMetrics = "keyed_watermarks_output"
 
   def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = {
-    val input = resolveInput(events, spec)
+    val p = prepare(events, spec)
+    val out = operator(p)
+    observed(p.projected.invalidRows.fold(out)(invalid =>
+      out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))))
+  }
+
+  /**
+   * Everything before the operator: the validated input, the partials grouped by key (payload
+   * bytes and key columns), and what the operator needs. `streaming = false` plans one
+   * micro-batch of rows as a batch DataFrame (the in-memory operator tests).
+   */
+  final case class Prepared(
+      input: InputPlan,
+      projected: ProjectedInput,
+      grouped: DataFrame,
+      operatorPlan: OperatorPlan,
+      timeMode: TimeMode)
+
+  def prepare(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): Prepared = {
+    val input = resolveInput(events, spec, streaming)
     val ref = reference(input, spec)
     val projected = project(input, ref, spec)
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(ref.analyzed, SparkInternals.output(projected.frame))
@@ -34,9 +53,24 @@ object KeyedPlanner {
       withRevision = spec.windows.allowedLateness.isDefined)
     val partials = PartialAggregation(projected.frame, input.keys.size, Assigners.of(spec.windows), aggregation,
       spec.aggregation.keepLateRows, keepEventTimes = spec.watermark.policy.lateness.isInstanceOf[AdaptiveLateness])
-    val out = operator(spec, projected, partials, aggregation, emitter)
-    observed(projected.invalidRows.fold(out)(invalid =>
-      out.union(WindowEmitter.invalidRows(invalid, emitter, input.keys.map(ref.schema(_).name)))))
+    val operatorPlan = OperatorPlan(
+      keySchema = projected.keySchema,
+      payloadSchema = partials.payloadSchema,
+      windows = Assigners.of(spec.windows),
+      policy = spec.watermark.policy,
+      allowedLatenessMicros = spec.windows.allowedLateness.fold(0L)(_.micros),
+      keepLateRows = spec.aggregation.keepLateRows,
+      aggregation = aggregation,
+      emitter = emitter)
+    val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
+    val valid = InvalidRows.observe(partials.frame, PartialAggregation.WindowStart, PartialAggregation.Rows,
+      withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows))
+    // A value is the payload bytes (plus the key columns, which Spark's value encoder must
+    // cover), so the encoders copy one array per partial instead of converting every field to a
+    // Row and back. (A key hash leading the grouping, to make the sort's prefix decide, cost
+    // more in state store lookups out of key order than it saved: benchmarks/results/profile.md.)
+    val grouped = valid.select(valid.col(PartialAggregation.Payload) +: keys: _*)
+    Prepared(input, projected, grouped, operatorPlan, timeMode(spec.watermark))
   }
 
   /**
@@ -44,13 +78,13 @@ object KeyedPlanner {
    * its global watermark on the input; our partials carry no watermark column, so Spark drops
    * nothing on its behalf.
    */
-  def resolveInput(events: DataFrame, spec: KeyedQuerySpec): InputPlan = {
+  def resolveInput(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): InputPlan = {
     val w = spec.watermark
-    w.validate(events)
+    w.validate(events, streaming)
     spec.windows.validate(events)
     requireRocksDb(events)
-    if (!w.usesGlobalWatermark) InputPlan.validate(events, w.keys, w.eventTime)
-    else InputPlan.validate(events.withWatermark(w.eventTime, w.lateness.text), w.keys, w.eventTime)
+    if (!w.usesGlobalWatermark) InputPlan.validate(events, w.keys, w.eventTime, streaming)
+    else InputPlan.validate(events.withWatermark(w.eventTime, w.lateness.text), w.keys, w.eventTime, streaming)
   }
 
   /** Spark's batch aggregation of the same query: its analyzed plan and its result schema. */
@@ -127,34 +161,14 @@ object KeyedPlanner {
     else if (w.usesGlobalWatermark) TimeMode.EventTime()
     else TimeMode.None()
 
-  def operator(
-      spec: KeyedQuerySpec,
-      projected: ProjectedInput,
-      partials: Partials,
-      aggregation: CatalystAggregation,
-      emitter: WindowEmitter): DataFrame = {
-    val plan = OperatorPlan(
-      keySchema = projected.keySchema,
-      payloadSchema = partials.payloadSchema,
-      windows = Assigners.of(spec.windows),
-      policy = spec.watermark.policy,
-      allowedLatenessMicros = spec.windows.allowedLateness.fold(0L)(_.micros),
-      keepLateRows = spec.aggregation.keepLateRows,
-      aggregation = aggregation,
-      emitter = emitter)
-    val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
-    val valid = InvalidRows.observe(partials.frame, PartialAggregation.WindowStart, PartialAggregation.Rows,
-      withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows))
-    // A value is the payload bytes (plus the key columns, which Spark's value encoder must
-    // cover), so the encoders copy one array per partial instead of converting every field to a
-    // Row and back. (A key hash leading the grouping, to make the sort's prefix decide, cost
-    // more in state store lookups out of key order than it saved: benchmarks/results/profile.md.)
-    val grouped = valid.select(valid.col(PartialAggregation.Payload) +: keys: _*)
-    grouped
+  /** `transformWithState` with the per-key watermark processor over the grouped partials. */
+  def operator(p: Prepared): DataFrame = {
+    val keys = p.projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
+    p.grouped
       .groupBy(keys: _*)
-      .as(Encoders.row(projected.keySchema), Encoders.row(grouped.schema))
-      .transformWithState(new KeyedWindowProcessor(plan), timeMode(spec.watermark), OutputMode.Append())(
-        Encoders.row(emitter.outputSchema))
+      .as(Encoders.row(p.projected.keySchema), Encoders.row(p.grouped.schema))
+      .transformWithState(new KeyedWindowProcessor(p.operatorPlan), p.timeMode, OutputMode.Append())(
+        Encoders.row(p.operatorPlan.emitter.outputSchema))
       .toDF()
   }
 

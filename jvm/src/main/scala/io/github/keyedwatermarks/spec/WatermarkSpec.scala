@@ -40,10 +40,10 @@ final case class WatermarkSpec(
    * Checks the options against each other and against `events` (columns exist, types fit),
    * so that bad input fails before any query starts. Returns the input plan.
    */
-  def validate(events: DataFrame): InputPlan = {
+  def validate(events: DataFrame, streaming: Boolean = true): InputPlan = {
     def fail(msg: String): Nothing = DurationOption.fail(msg)
     if (lateness.micros < 0) fail(s"lateness: must not be negative, got '${lateness.text}'")
-    val input = InputPlan.validate(events, keys, eventTime)
+    val input = InputPlan.validate(events, keys, eventTime, streaming)
     keyLateness match {
       case KeyLateness.ByColumn(c) => DurationColumn.micros(events, c, "key_lateness")
       case KeyLateness.ByKey(_) if keys.size != 1 => fail(
