@@ -18,7 +18,6 @@ from pyspark.errors import (
     AnalysisException,
     IllegalArgumentException,
     PySparkTypeError,
-    PySparkValueError,
 )
 from pyspark.sql import functions as F
 

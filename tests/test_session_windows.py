@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections import defaultdict
 
 import pytest
 from pyspark.sql import functions as F

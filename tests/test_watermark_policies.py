@@ -9,15 +9,14 @@ late counts and attempted watermark regressions with the model.
 
 from __future__ import annotations
 
-import datetime
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict
 
 import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
-from pyspark.errors import IllegalArgumentException, PySparkValueError
+from pyspark.errors import IllegalArgumentException
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw

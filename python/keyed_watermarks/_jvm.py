@@ -9,6 +9,7 @@ from pyspark.errors import PySparkRuntimeError, PySparkTypeError
 from pyspark.sql import DataFrame, SparkSession
 
 _ENTRY = "io.github.keyedwatermarks.python.PythonAPI"
+EXTENSIONS = "io.github.keyedwatermarks.KeyedWatermarksExtensions"
 ROCKSDB_PROVIDER = (
     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 )
@@ -81,6 +82,11 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     existing = [j for j in str(options.get("spark.jars", "")).split(",") if j]
     if jar not in existing:
         existing.append(jar)
-    return builder.config("spark.jars", ",".join(existing)).config(
-        "spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER
+    extensions = [e for e in str(options.get("spark.sql.extensions", "")).split(",") if e]
+    if EXTENSIONS not in extensions:
+        extensions.append(EXTENSIONS)
+    return (
+        builder.config("spark.jars", ",".join(existing))
+        .config("spark.sql.extensions", ",".join(extensions))
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
     )

@@ -12,6 +12,7 @@ import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.execution.metric.{SQLMetric, SQLMetrics}
 import org.apache.spark.sql.types.{ArrayType, BinaryType, DataType, LongType, StringType, StructType}
 
+import io.github.keyedwatermarks.KeyedWatermarksExtensions
 import io.github.keyedwatermarks.input.{InvalidRows, ProjectedInput}
 import io.github.keyedwatermarks.window.WindowAssigner
 
@@ -96,9 +97,12 @@ object PartialAggregation {
     Partials(SparkBridge.ofRows(session, node), payload)
   }
 
+  /** The strategy, unless the session has it from `spark.sql.extensions` (KeyedWatermarksExtensions). */
   private def install(session: SparkSession): Unit = synchronized {
     val experimental = session.experimental
-    if (!experimental.extraStrategies.contains(KeyedPartialAggregateStrategy)) {
+    val extensions = session.conf.getOption("spark.sql.extensions").getOrElse("")
+    if (!extensions.split(",").map(_.trim).contains(KeyedWatermarksExtensions.ClassName) &&
+      !experimental.extraStrategies.contains(KeyedPartialAggregateStrategy)) {
       experimental.extraStrategies = experimental.extraStrategies :+ KeyedPartialAggregateStrategy
     }
   }

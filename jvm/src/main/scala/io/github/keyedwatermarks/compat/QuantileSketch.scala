@@ -13,8 +13,6 @@ private[keyedwatermarks] final class QuantileSketch private (private var summari
 
   def insert(value: Double): Unit = summaries = summaries.insert(value)
 
-  def count: Long = { compress(); summaries.count }
-
   /**
    * The `q`-quantile by nearest rank (the value of rank ceil(q * count)): the first sample
    * whose minimum rank reaches it. Exact while the sketch has not merged samples (fewer than

@@ -63,7 +63,6 @@ object InputPlan {
 final case class ProjectedInput(
     frame: DataFrame,
     keySchema: StructType,
-    keepsRows: Boolean,
     invalidRows: Option[DataFrame])
 
 object ProjectedInput {
@@ -116,6 +115,6 @@ object ProjectedInput {
         .select(plan.keys.indices.map(i => coded.col(keyColumnName(i))) ++ Seq(
           InvalidRows.describe(code).as(InvalidReason), coded.col(OriginalRow)): _*))
     }
-    ProjectedInput(projected, keySchema, keepRows, invalid)
+    ProjectedInput(projected, keySchema, invalid)
   }
 }

@@ -13,7 +13,7 @@ import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
 import io.github.keyedwatermarks.emission.WindowEmitter
 import io.github.keyedwatermarks.state.KeyState
 import io.github.keyedwatermarks.watermark.{KeyWatermark, LateRowPolicy, WatermarkPolicy}
-import io.github.keyedwatermarks.window.{SessionWindows, WindowAssigner}
+import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
 
 /** Everything the operator needs, fixed when the query is defined (serialized to executors). */
 final case class OperatorPlan(
@@ -118,7 +118,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     val keyValues = this.keyValues(key)
     val out = plan.windows match {
       case _: SessionWindows => handleSessions(keyValues, rows, batch)
-      case _ => handleFixedWindows(keyValues, rows, batch)
+      case _: TumblingWindows | _: SlidingWindows => handleFixedWindows(keyValues, rows, batch)
     }
     val update = batch.update
     val held =
@@ -286,7 +286,8 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     val watermarkNow = update.finish()
     val out = plan.windows match {
       case _: SessionWindows => closeSessions(keyValues, batch, mutable.ArrayBuffer.empty, watermarkNow, watermarkAtStart).toSeq
-      case _ => closeWindows(keyValues, batch, watermarkNow, watermarkAtStart, _ => false)
+      case _: TumblingWindows | _: SlidingWindows =>
+        closeWindows(keyValues, batch, watermarkNow, watermarkAtStart, _ => false)
     }
     batch.store(0L)
     scheduleTimer(batch, timerValues)

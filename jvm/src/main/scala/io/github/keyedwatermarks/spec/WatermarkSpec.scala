@@ -37,8 +37,9 @@ final case class WatermarkSpec(
     sources = sources.map(s => SourcePolicy(s.expected.distinct, s.idleTimeout.map(_.millis))))
 
   /**
-   * Checks the options against each other and against `events` (columns exist, types fit),
-   * so that bad input fails before any query starts. Returns the input plan.
+   * Checks the options against `events` (columns exist, types fit) and against each other
+   * (`WatermarkPolicy.validate`), so that bad input fails before any query starts. Returns the
+   * input plan.
    */
   def validate(events: DataFrame, streaming: Boolean = true): InputPlan = {
     def fail(msg: String): Nothing = DurationOption.fail(msg)
@@ -51,20 +52,12 @@ final case class WatermarkSpec(
       case KeyLateness.Fixed | KeyLateness.ByKey(_) | _: KeyLateness.Adaptive => ()
     }
     sources.foreach(s => events.select(s.column)) // an unknown column fails here (AnalysisException)
-    if (usesGlobalWatermark && usesProcessingTimers) fail(
-      "max_skew / closing='global' follow Spark's global event-time watermark and cannot be combined with " +
-        "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers")
-    if (advanceWhenIdle && idleTimeout.isEmpty) fail("advance_when_idle: needs idle_timeout")
-    if (globalClosing && (keyLateness != KeyLateness.Fixed || sources.isDefined || maxSkew.isDefined)) fail(
-      "closing='global' uses Spark's one global watermark: per-key, adaptive lateness, sources and max_skew do not apply")
-    if (processingTimeClock && (keyLateness != KeyLateness.Fixed || sources.isDefined)) fail(
-      "clock='processing_time': the watermark follows the wall clock; per-key/adaptive lateness and sources do not apply")
+    policy.validate() // which policy options combine: the engine's rule, stated once there
     input
   }
 
-  def usesGlobalWatermark: Boolean = maxSkew.isDefined || globalClosing
-  def usesProcessingTimers: Boolean =
-    processingTimeClock || idleTimeout.isDefined || sources.exists(_.idleTimeout.isDefined)
+  def usesGlobalWatermark: Boolean = policy.usesGlobalWatermark
+  def usesProcessingTimers: Boolean = policy.usesProcessingTimers
 }
 
 /** Where each key's lateness comes from: one choice, so two ways cannot be combined. */
