@@ -81,6 +81,20 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     existing = [j for j in str(options.get("spark.jars", "")).split(",") if j]
     if jar not in existing:
         existing.append(jar)
-    return builder.config("spark.jars", ",".join(existing)).config(
+    builder = builder.config("spark.jars", ",".join(existing)).config(
         "spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER
     )
+    return _with_connect_plugin(builder)
+
+
+def _with_connect_plugin(builder: SparkSession.Builder) -> SparkSession.Builder:
+    """Registers the Spark Connect plugin, for the Connect server that
+    ``builder.remote("local[...]")`` starts in this process (harmless on a classic session,
+    ignored by a remote ``sc://`` server, which needs it in its own configuration)."""
+    from keyed_watermarks.connect import PLUGIN_CLASS, PLUGIN_CONF
+
+    options = getattr(builder, "_options", {})
+    plugins = [c for c in str(options.get(PLUGIN_CONF, "")).split(",") if c]
+    if PLUGIN_CLASS not in plugins:
+        plugins.append(PLUGIN_CLASS)
+    return builder.config(PLUGIN_CONF, ",".join(plugins))
