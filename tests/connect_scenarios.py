@@ -1,7 +1,7 @@
 """The queries and bad inputs that tests/test_connect_parity.py runs on a classic and on a Spark
 Connect session. Every run returns plain JSON data, so the two sessions' results can be compared
 whole: for each query the rows of each micro-batch (read back from the file sink's own log of
-which files each batch wrote), each batch's ``kw.metrics`` and sink row count; for each bad input
+which files each batch wrote), each batch's ``kw.metrics`` and input row count; for each bad input
 the exception's pyspark.errors type and message.
 
 Run as a script it builds a local Connect session (``kw.configure(builder.remote("local[2]"))``),
@@ -142,8 +142,7 @@ def _rows_per_batch(out: Path) -> Dict[str, List[dict]]:
 
 def _progress(query: Any) -> Dict[str, Any]:
     return {
-        str(p["batchId"]): {"metrics": kw.metrics(p), "sink_rows": p["sink"]["numOutputRows"]}
-        for p in query.recentProgress
+        str(p["batchId"]): {"metrics": kw.metrics(p), "input_rows": p["numInputRows"]} for p in query.recentProgress
     }
 
 

@@ -1,6 +1,6 @@
 """The same API on a classic and a Spark Connect session gives identical results: for each
 feature (tests/connect_scenarios.py), the rows each micro-batch emits (windows, report rows, kept
-late and invalid rows), the columns, the per-batch ``kw.metrics`` and sink counts; and bad input
+late and invalid rows), the columns, the per-batch ``kw.metrics`` and input counts; and bad input
 raises the same pyspark.errors type with the same message, before any query starts.
 
 The classic run is the oracle here (the classic API is checked against Spark's own aggregation
