@@ -142,7 +142,7 @@ def _rows_per_batch(out: Path) -> Dict[str, List[dict]]:
 
 def _progress(query: Any) -> Dict[str, Any]:
     return {
-        str(p["batchId"]): {"metrics": kw.metrics(p), "input_rows": p["numInputRows"]} for p in query.recentProgress
+        str(p["batchId"]): {"metrics": kw.metrics(p), "input_rows": p.numInputRows} for p in query.recentProgress
     }
 
 
