@@ -7,6 +7,7 @@
 
 from keyed_watermarks._jvm import configure, jar_path
 from keyed_watermarks.keyed import AdaptiveLateness, KeyedWatermark, KeyedWindow, keyed_watermark
+from keyed_watermarks.metrics import metrics
 from keyed_watermarks.report import foreach_batch, split_report
 
 __version__ = "0.1.0"
@@ -19,4 +20,5 @@ __all__ = [
     "KeyedWindow",
     "split_report",
     "foreach_batch",
+    "metrics",
 ]

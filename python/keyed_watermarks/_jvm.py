@@ -67,7 +67,8 @@ def _safe_jar_path() -> str:
 
 
 def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
-    """Adds the bundled jar and the RocksDB state store provider to a session builder.
+    """Adds the bundled jar, its planner extension, its Spark Connect plugin and the RocksDB
+    state store provider to a session builder (classic, or a local Connect `remote("local[2]")`).
 
     >>> from pyspark.sql import SparkSession
     >>> import keyed_watermarks as kw
@@ -77,16 +78,20 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
         raise PySparkTypeError(
             message=f"configure expects SparkSession.builder, got {type(builder).__name__}"
         )
-    jar = jar_path()
-    options = getattr(builder, "_options", {})
-    existing = [j for j in str(options.get("spark.jars", "")).split(",") if j]
-    if jar not in existing:
-        existing.append(jar)
-    extensions = [e for e in str(options.get("spark.sql.extensions", "")).split(",") if e]
-    if EXTENSIONS not in extensions:
-        extensions.append(EXTENSIONS)
-    return (
-        builder.config("spark.jars", ",".join(existing))
-        .config("spark.sql.extensions", ",".join(extensions))
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-    )
+    from keyed_watermarks.connect import PLUGIN_CLASS, PLUGIN_CONF
+
+    builder = _append_conf(builder, "spark.jars", jar_path())
+    builder = _append_conf(builder, "spark.sql.extensions", EXTENSIONS)
+    # The Spark Connect plugin, for the Connect server that ``builder.remote("local[...]")``
+    # starts in this process (harmless on a classic session; a remote ``sc://`` server needs
+    # it in its own configuration).
+    builder = _append_conf(builder, PLUGIN_CONF, PLUGIN_CLASS)
+    return builder.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+
+
+def _append_conf(builder: SparkSession.Builder, key: str, value: str) -> SparkSession.Builder:
+    """Adds ``value`` to a comma-separated setting, keeping what the builder already has."""
+    values = [v for v in str(getattr(builder, "_options", {}).get(key, "")).split(",") if v]
+    if value not in values:
+        values.append(value)
+    return builder.config(key, ",".join(values))

@@ -1,1 +1,8 @@
-"""The Spark Connect client of keyed-watermarks (see backend.py)."""
+"""The Spark Connect client of keyed-watermarks (backend.py). Its server side is the plugin
+``io.github.keyedwatermarks.connect.KeyedWatermarksRelationPlugin`` in the keyed-watermarks jar.
+
+Nothing here is imported by ``import keyed_watermarks`` except these two names, which need
+neither the Connect client's dependencies (grpc, protobuf) nor a JVM."""
+
+PLUGIN_CLASS = "io.github.keyedwatermarks.connect.KeyedWatermarksRelationPlugin"
+PLUGIN_CONF = "spark.connect.extensions.relation.classes"

@@ -1,22 +1,71 @@
-"""Spark Connect: not supported yet (the plugin is being built); one clear error."""
+"""The Spark Connect backend: the same three calls as the py4j one (``ClassicBackend``), sent
+as a KeyedWatermarksRelation that the server plugin plans with the same Scala code.
+
+Connect builds plans lazily; classic raises bad input when ``keyed_watermark(...)``,
+``.window(...)`` or ``.agg(...)`` is called. So each call here has the server analyse its
+relation at once (``df.schema``), which runs the plugin and raises the plugin's exceptions
+(``IllegalArgumentException``, ``AnalysisException``) as the same pyspark.errors types.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Dict, List, Mapping
 
-from pyspark.errors import PySparkRuntimeError
-from pyspark.sql import DataFrame
+from pyspark.errors import PySparkException, PySparkRuntimeError
+from pyspark.sql import Column, DataFrame
+
+from keyed_watermarks.connect import PLUGIN_CLASS, PLUGIN_CONF, message
+from keyed_watermarks.connect.plan import KeyedWatermarksPlan
 
 
 class ConnectBackend:
     def __init__(self, events: DataFrame) -> None:
-        raise PySparkRuntimeError(
-            message=(
-                "keyed_watermarks runs its operator in the Spark driver's JVM and does not "
-                "support Spark Connect sessions yet; use a classic SparkSession built with "
-                "keyed_watermarks.configure(SparkSession.builder)"
-            )
-        )
+        self._session = events.sparkSession
 
-    def __getattr__(self, name: str) -> Any:  # pragma: no cover - never constructed
-        raise AttributeError(name)
+    def validate_watermark(self, events: DataFrame, options: Dict[str, Any], columns: Mapping[str, Column]) -> None:
+        self._analysed(events, options, columns, [], message.VALIDATE_WATERMARK)
+
+    def validate_windows(self, events: DataFrame, options: Dict[str, Any], columns: Mapping[str, Column]) -> None:
+        self._analysed(events, options, columns, [], message.VALIDATE_WINDOWS)
+
+    def plan(
+        self, events: DataFrame, options: Dict[str, Any], columns: Mapping[str, Column], aggregates: List[Column]
+    ) -> DataFrame:
+        return self._analysed(events, options, columns, aggregates, message.PLAN)
+
+    def _analysed(
+        self,
+        events: DataFrame,
+        options: Dict[str, Any],
+        columns: Mapping[str, Column],
+        aggregates: List[Column],
+        step: int,
+    ) -> DataFrame:
+        from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+
+        plan = KeyedWatermarksPlan(events._plan, options, columns, aggregates, step)  # type: ignore[attr-defined]
+        df = ConnectDataFrame(plan, self._session)  # type: ignore[arg-type]
+        try:
+            df.schema
+        except PySparkException as e:
+            if _no_plugin(e):
+                raise PySparkRuntimeError(message=_NO_PLUGIN_MESSAGE) from None
+            raise
+        return df
+
+
+_NO_PLUGIN_MESSAGE = (
+    "the Spark Connect server has no keyed-watermarks plugin: start it with the "
+    "keyed-watermarks jar and the plugin, e.g. `start-connect-server.sh --jars "
+    f"<keyed-watermarks jar> --conf {PLUGIN_CONF}={PLUGIN_CLASS}` (for a local "
+    "SparkSession.builder.remote('local[...]'), build the session with "
+    "keyed_watermarks.configure(SparkSession.builder.remote(...)))"
+)
+
+
+def _no_plugin(e: PySparkException) -> bool:
+    """The server has no handler for our extension (CONNECT_INVALID_PLAN.NO_HANDLER_FOR_EXTENSION)."""
+    condition = e.getCondition() if hasattr(e, "getCondition") else None
+    return condition == "CONNECT_INVALID_PLAN.NO_HANDLER_FOR_EXTENSION" or (
+        "NO_HANDLER_FOR_EXTENSION" in str(e) and message.TYPE_NAME in str(e)
+    )

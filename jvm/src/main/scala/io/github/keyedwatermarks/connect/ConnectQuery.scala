@@ -1,0 +1,41 @@
+package io.github.keyedwatermarks.connect
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.connect.proto
+import org.apache.spark.sql.Column
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.connect.planner.SparkConnectPlanner
+import org.apache.spark.sql.keyedwatermarks.connect.ConnectBridge
+
+import io.github.keyedwatermarks.KeyedWatermarksQuery
+import io.github.keyedwatermarks.spec.QueryOptions
+
+/**
+ * A [[KeyedWatermarksRelation]] as a logical plan: the same calls as the py4j entry point
+ * (`io.github.keyedwatermarks.python.PythonAPI`), with the input relation and the Columns
+ * converted by the session's Connect planner. So a Connect session plans the very same query,
+ * and bad input raises the very same exceptions, as a classic one.
+ */
+object ConnectQuery {
+
+  def logicalPlan(message: KeyedWatermarksRelation, planner: SparkConnectPlanner): LogicalPlan = {
+    val input = planner.transformRelation(message.input)
+    val events = ConnectBridge.ofRows(planner.session, input)
+    def column(e: proto.Expression): Column = ConnectBridge.column(planner.transformExpression(e))
+    val columns = message.columns.map { case (name, e) => name -> column(e) }.asJava
+    message.step match {
+      case KeyedWatermarksRelation.Plan =>
+        val spec = QueryOptions.query(message.options, columns, message.aggregates.map(column))
+        KeyedWatermarksQuery.plan(events, spec).queryExecution.logical
+      // Validation only: the client analyses the returned relation (the input) to surface errors
+      // when keyed_watermark(...) / .window(...) is called, as the classic API does.
+      case KeyedWatermarksRelation.ValidateWatermark =>
+        QueryOptions.watermark(message.options, columns).validate(events)
+        input
+      case KeyedWatermarksRelation.ValidateWindows =>
+        QueryOptions.windows(message.options, columns).validate(events)
+        input
+    }
+  }
+}
