@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Optional
 
+import pyspark
 from pyspark.errors import PySparkRuntimeError, PySparkTypeError
 from pyspark.sql import DataFrame, SparkSession
+
+from keyed_watermarks import _versions
 
 _ENTRY = "io.github.keyedwatermarks.python.PythonAPI"
 EXTENSIONS = "io.github.keyedwatermarks.KeyedWatermarksExtensions"
@@ -15,20 +18,17 @@ ROCKSDB_PROVIDER = (
 )
 
 
-def jar_path() -> str:
-    """Absolute path of the keyed-watermarks jar bundled in this package."""
-    jars_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jars")
-    jars = sorted(
-        f for f in os.listdir(jars_dir) if f.endswith(".jar")
-    ) if os.path.isdir(jars_dir) else []
-    if not jars:
-        raise PySparkRuntimeError(
-            message=(
-                f"no keyed-watermarks jar in {jars_dir}: build it with `dev/setup` "
-                "or install the keyed-watermarks wheel"
-            )
-        )
-    return os.path.join(jars_dir, jars[-1])
+def jar_path(spark_version: Optional[str] = None) -> str:
+    """Absolute path of the bundled keyed-watermarks jar built for a Spark version.
+
+    By default the version of the Spark this process runs: the JVM's own ``spark.version``
+    when a SparkContext is active (attached to an existing session), else the installed
+    ``pyspark.__version__``. Unsupported versions fail with a PySparkRuntimeError naming the
+    supported ones.
+    """
+    if spark_version is None:
+        spark_version = _versions.running_spark_version() or pyspark.__version__
+    return _versions.jar_for(spark_version)
 
 
 def is_connect(spark: Any) -> bool:
@@ -67,8 +67,10 @@ def _safe_jar_path() -> str:
 
 
 def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
-    """Adds the bundled jar, its planner extension, its Spark Connect plugin and the RocksDB
-    state store provider to a session builder (classic, or a local Connect `remote("local[2]")`).
+    """Adds the bundled jar for the running Spark (the JVM's Spark if a SparkContext is already
+    active, else the installed pyspark's; see :func:`jar_path`), its planner extension, its
+    Spark Connect plugin and the RocksDB state store provider to a session builder (classic,
+    or a local Connect ``remote("local[2]")``).
 
     >>> from pyspark.sql import SparkSession
     >>> import keyed_watermarks as kw
@@ -80,7 +82,11 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
         )
     from keyed_watermarks.connect import PLUGIN_CLASS, PLUGIN_CONF
 
-    builder = _append_conf(builder, "spark.jars", jar_path())
+    # Another version's keyed-watermarks jar on the same classpath would shadow this one.
+    options = getattr(builder, "_options", {})
+    jars = [j for j in str(options.get("spark.jars", "")).split(",")
+            if j and not _versions.is_bundled_jar_name(os.path.basename(j))]
+    builder = builder.config("spark.jars", ",".join(jars + [jar_path()]))
     builder = _append_conf(builder, "spark.sql.extensions", EXTENSIONS)
     # The Spark Connect plugin, for the Connect server that ``builder.remote("local[...]")``
     # starts in this process (harmless on a classic session; a remote ``sc://`` server needs

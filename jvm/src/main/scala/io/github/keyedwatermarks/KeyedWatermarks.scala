@@ -149,7 +149,7 @@ final class KeyedWindow private[keyedwatermarks] (events: DataFrame, watermark: 
    * lateness): one row per (key, window), emitted in the micro-batch in which the key's
    * watermark passes the window's end (and again per late firing with allowed lateness).
    */
-  def agg(aggs: Column*): DataFrame = KeyedWatermarksQuery.plan(events, KeyedQuerySpec(watermark, windows,
+  def agg(aggs: Column*): DataFrame = KeyedPlanner.plan(events, KeyedQuerySpec(watermark, windows,
     AggregationSpec(aggs)))
 
   /**
@@ -162,18 +162,8 @@ final class KeyedWindow private[keyedwatermarks] (events: DataFrame, watermark: 
    * query can write results and late rows to two sinks. Kept rows travel through the shuffle
    * with the partials, so this costs throughput.
    */
-  def aggWithReport(keepLateRows: Boolean, aggs: Column*): DataFrame = KeyedWatermarksQuery.plan(events,
+  def aggWithReport(keepLateRows: Boolean, aggs: Column*): DataFrame = KeyedPlanner.plan(events,
     KeyedQuerySpec(watermark, windows, AggregationSpec(aggs, withReport = true, keepLateRows = keepLateRows)))
 
   def aggWithReport(aggs: Column*): DataFrame = aggWithReport(keepLateRows = false, aggs: _*)
-}
-
-/** A spec to a streaming DataFrame: the planned report stream, or only its result rows. */
-object KeyedWatermarksQuery {
-  def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = {
-    val all = KeyedPlanner.plan(events, spec)
-    if (spec.aggregation.withReport) all
-    else all.where(all.col(emission.WindowEmitter.KindColumn) === "window")
-      .drop(emission.WindowEmitter.ReportColumns: _*)
-  }
 }

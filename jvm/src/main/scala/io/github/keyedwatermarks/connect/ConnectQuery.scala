@@ -8,7 +8,7 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.connect.planner.SparkConnectPlanner
 import org.apache.spark.sql.keyedwatermarks.connect.ConnectBridge
 
-import io.github.keyedwatermarks.KeyedWatermarksQuery
+import io.github.keyedwatermarks.planner.KeyedPlanner
 import io.github.keyedwatermarks.spec.QueryOptions
 
 /**
@@ -27,7 +27,7 @@ object ConnectQuery {
     message.step match {
       case KeyedWatermarksRelation.Plan =>
         val spec = QueryOptions.query(message.options, columns, message.aggregates.map(column))
-        KeyedWatermarksQuery.plan(events, spec).queryExecution.logical
+        KeyedPlanner.plan(events, spec).queryExecution.logical
       // Validation only: the client analyses the returned relation (the input) to surface errors
       // when keyed_watermark(...) / .window(...) is called, as the classic API does.
       case KeyedWatermarksRelation.ValidateWatermark =>

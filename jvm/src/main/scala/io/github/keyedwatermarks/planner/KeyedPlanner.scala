@@ -24,11 +24,16 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
 object KeyedPlanner {
   val OutputMetrics = "keyed_watermarks_output"
 
+  /**
+   * The streaming result: the report stream (`agg_with_report`), or only the window rows with
+   * the columns and nullability of `groupBy(keys, window).agg(aggs)` (`agg`).
+   */
   def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = {
     val p = prepare(events, spec)
     val out = operator(p)
-    observed(p.projected.invalidRows.fold(out)(invalid =>
+    val all = observed(p.projected.invalidRows.fold(out)(invalid =>
       out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))))
+    if (spec.aggregation.withReport) all else p.operatorPlan.emitter.windowsOnly(all)
   }
 
   /**

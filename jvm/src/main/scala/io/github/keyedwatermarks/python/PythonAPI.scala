@@ -4,7 +4,7 @@ import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.{Column, DataFrame}
 
-import io.github.keyedwatermarks.KeyedWatermarksQuery
+import io.github.keyedwatermarks.planner.KeyedPlanner
 import io.github.keyedwatermarks.spec.QueryOptions
 
 /**
@@ -29,5 +29,5 @@ object PythonAPI {
       options: String,
       columns: java.util.Map[String, Column],
       aggregates: java.util.List[Column]): DataFrame =
-    KeyedWatermarksQuery.plan(events, QueryOptions.query(options, columns, aggregates.asScala.toSeq))
+    KeyedPlanner.plan(events, QueryOptions.query(options, columns, aggregates.asScala.toSeq))
 }

@@ -2,6 +2,7 @@ package io.github.keyedwatermarks.spec
 
 import org.apache.spark.sql.{Column, DataFrame}
 
+import io.github.keyedwatermarks.compat.SparkVersionCheck
 import io.github.keyedwatermarks.input.{DurationColumn, InputPlan}
 import io.github.keyedwatermarks.watermark.{AdaptiveLateness, ColumnLateness, FixedLateness, LatenessSource,
   SourcePolicy, WatermarkPolicy}
@@ -42,6 +43,8 @@ final case class WatermarkSpec(
    * input plan.
    */
   def validate(events: DataFrame, streaming: Boolean = true): InputPlan = {
+    // Every path (Scala API, py4j, Spark Connect) starts here: refuse a jar built for another Spark.
+    SparkVersionCheck.requireBuiltForRunningSpark()
     def fail(msg: String): Nothing = DurationOption.fail(msg)
     if (lateness.micros < 0) fail(s"lateness: must not be negative, got '${lateness.text}'")
     val input = InputPlan.validate(events, keys, eventTime, streaming)
