@@ -15,7 +15,6 @@ import pytest
 from pyspark.errors import PySparkRuntimeError
 
 import keyed_watermarks as kw
-from keyed_watermarks import _versions
 
 SUPPORTED = "Spark 4.0, 4.1, 4.2 and 4.3"
 

@@ -154,7 +154,7 @@ def test_wheel_installs_and_runs_in_fresh_venv(wheel, tmp_path):
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_SUBMIT_ARGS", "VIRTUAL_ENV")}
     proc = _run([str(venv_python), "-c", _QUERY, str(work)], cwd=work, env=env, timeout=300)
-    (line,) = [l for l in proc.stdout.splitlines() if l.startswith("ROWS ")]
+    (line,) = [out for out in proc.stdout.splitlines() if out.startswith("ROWS ")]
     rows = ast.literal_eval(line[len("ROWS "):])
     # a: wm = 27 - 5 = 22 s closes [0,10) (1 s, 4 s) and [10,20) (12 s); [20,30) stays open.
     # b: wm = 19 - 5 = 14 s closes [0,10) (2 s); [10,20) stays open.

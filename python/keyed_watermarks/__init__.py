@@ -6,7 +6,7 @@
 """
 
 # An unsupported pyspark is refused here, before anything imports its modules or starts.
-from keyed_watermarks._versions import __version__, require_supported_pyspark
+from keyed_watermarks._versions import __version__ as __version__, require_supported_pyspark
 
 require_supported_pyspark()
 
