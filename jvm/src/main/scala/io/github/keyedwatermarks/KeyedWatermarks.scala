@@ -161,9 +161,12 @@ final class KeyedWatermark private[keyedwatermarks] (
     copy(policy = policy.copy(idleTimeoutMillis = Some(KeyedWatermarks.positiveMillis("idle_timeout", timeout)),
       advanceWhenIdle = advance))
 
-  /** A key's watermark is held at most `maxSkew` behind Spark's global watermark. */
+  /**
+   * A key's watermark is held at most `maxSkew` behind Spark's global watermark (default: one
+   * hour, see docs/semantics.md); "unbounded" turns the bound off.
+   */
   def withMaxSkew(maxSkew: String): KeyedWatermark =
-    copy(policy = policy.copy(maxSkewMicros = Some(KeyedWatermarks.nonNegative("max_skew", maxSkew))))
+    copy(policy = policy.copy(maxSkew = SkewBound.parse(maxSkew)))
 
   /** Every key uses Spark's global watermark (`withWatermark(eventTime, lateness)`). */
   def withGlobalClosing(): KeyedWatermark = copy(policy = policy.copy(globalClosing = true))
