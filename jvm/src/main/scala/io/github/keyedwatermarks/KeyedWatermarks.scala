@@ -168,6 +168,13 @@ final class KeyedWatermark private[keyedwatermarks] (
   def withMaxSkew(maxSkew: String): KeyedWatermark =
     copy(policy = policy.copy(maxSkew = SkewBound.parse(maxSkew)))
 
+  /**
+   * Rows whose event time is more than `maxAhead` ahead of the micro-batch's processing time
+   * are invalid (default: one day; "unbounded" turns the guard off).
+   */
+  def withMaxAhead(maxAhead: String): KeyedWatermark =
+    copy(policy = policy.copy(maxAheadMicros = WatermarkPolicy.maxAhead(maxAhead)))
+
   /** Every key uses Spark's global watermark (`withWatermark(eventTime, lateness)`). */
   def withGlobalClosing(): KeyedWatermark = copy(policy = policy.copy(globalClosing = true))
 
@@ -300,8 +307,7 @@ final class KeyedWindow private[keyedwatermarks] (
     // partials carry no watermark column, so Spark drops nothing on its behalf.
     val input =
       if (!policy.usesGlobalWatermark) watermark.input
-      else InputPlan.validate(watermark.input.events.withWatermark(watermark.input.eventTime, watermark.latenessText),
-        watermark.input.keys, watermark.input.eventTime)
+      else InputPlan.withSparkWatermark(watermark.input, watermark.latenessText, policy.maxAheadMicros)
     KeyedWatermarks.requireRocksDb(input.events)
     // Spark resolves and type-checks the aggregates exactly as for a batch groupBy; a
     // non-aggregate expression fails here with Spark's own AnalysisException.
@@ -319,7 +325,7 @@ final class KeyedWindow private[keyedwatermarks] (
       watermark.sourceColumn.map(_.cast("string").as(PartialAggregation.Source)).toSeq ++
       rowSessionEnd.map(_.as(PartialAggregation.RowSessionEnd)).toSeq
     val projected = ProjectedInput(input, aggregateInputs, keepLateRows, policyColumns,
-      watermark.sourceColumn.map(_.cast("string")), rowSessionEnd)
+      watermark.sourceColumn.map(_.cast("string")), rowSessionEnd, watermark.latenessColumn, policy.maxAheadMicros)
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(analyzed, SparkInternals.output(projected.frame))
     val resultSchema = reference.schema
     val emitter = new WindowEmitter(resultSchema, input.keys.map(resultSchema.fieldIndex).toArray,
@@ -345,7 +351,8 @@ final class KeyedWindow private[keyedwatermarks] (
       else TimeMode.None()
     val keys = input.keys.indices.map(ProjectedInput.keyColumnName).map(F.col)
     val valid = InvalidRows.observe(partials.frame, PartialAggregation.WindowStart, PartialAggregation.Rows,
-      withSource = watermark.sourceColumn.isDefined, withGap = rowSessionEnd.isDefined)
+      withSource = watermark.sourceColumn.isDefined, withGap = rowSessionEnd.isDefined,
+      withLateness = watermark.latenessColumn.isDefined, withFuture = policy.maxAheadMicros.isDefined)
     // A value is the payload bytes (plus the key columns, which Spark's value encoder must
     // cover), so the encoders copy one array per partial instead of converting every field to a
     // Row and back. (A key hash leading the grouping, to make the sort's prefix decide, cost

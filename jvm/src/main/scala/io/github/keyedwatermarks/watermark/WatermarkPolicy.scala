@@ -17,6 +17,10 @@ package io.github.keyedwatermarks.watermark
  *                             unless a processing-time policy or closing='global' is used)
  * @param globalClosing        every key uses Spark's global watermark (`withWatermark`)
  * @param sources              min of inputs: the watermark is kept per (key, source)
+ * @param maxAheadMicros       rows whose event time is further ahead of the micro-batch's
+ *                             processing time are invalid (None: no bound), so that a row from a
+ *                             device whose clock says 9999 moves neither its key's watermark nor
+ *                             Spark's global watermark
  */
 final case class WatermarkPolicy(
     latenessMicros: Long,
@@ -26,7 +30,8 @@ final case class WatermarkPolicy(
     advanceWhenIdle: Boolean = false,
     maxSkew: SkewBound = DefaultSkew,
     globalClosing: Boolean = false,
-    sources: Option[SourcePolicy] = None) {
+    sources: Option[SourcePolicy] = None,
+    maxAheadMicros: Option[Long] = Some(WatermarkPolicy.DefaultMaxAheadMicros)) {
 
   /**
    * The skew bound in force: the chosen one, or the default one where it can apply. Processing-
@@ -83,6 +88,21 @@ object WatermarkPolicy {
    * has its windows emitted and leaves state, so state holds the keys active in the last hour.
    */
   val DefaultMaxSkewMicros: Long = 3600L * 1000 * 1000
+
+  /**
+   * The default bound on how far ahead of processing time an event time may be: a day, far
+   * beyond clock offsets and time zones mixed up, far below a device clock reset to 2099.
+   */
+  val DefaultMaxAheadMicros: Long = 24L * 3600 * 1000 * 1000
+
+  /** A duration string, or "unbounded" (None). */
+  def maxAhead(text: String): Option[Long] =
+    if (text != null && text.trim.equalsIgnoreCase("unbounded")) None
+    else {
+      val micros = io.github.keyedwatermarks.compat.SparkInternals.durationMicros("max_ahead", text)
+      if (micros < 0) throw new IllegalArgumentException(s"max_ahead: must not be negative, got '$text'")
+      Some(micros)
+    }
 }
 
 /** How far a key's watermark may trail Spark's global watermark (docs/semantics.md, "Bounded skew"). */
