@@ -69,8 +69,9 @@ object InputPlan {
       case None => plan.events.withWatermark(plan.eventTime, lateness)
       case Some(ahead) =>
         val ts = plan.eventTimeColumn
+        // Dropped above the watermark node, which keeps tracking it: the user's columns stay as they were.
         plan.events.withColumn(WatermarkEventTime, F.when(tooFarAhead(ts, ahead), F.lit(null)).otherwise(ts))
-          .withWatermark(WatermarkEventTime, lateness)
+          .withWatermark(WatermarkEventTime, lateness).drop(WatermarkEventTime)
     }
     validate(events, plan.keys, plan.eventTime).copy(userColumns = plan.userColumns)
   }
