@@ -281,3 +281,13 @@ def test_slide_larger_than_window(events):
 def test_bad_slide_duration(events):
     with pytest.raises(IllegalArgumentException, match="slide: 'often' is not a valid duration"):
         _keyed(events).window("10 seconds", slide="often")
+
+
+def test_too_many_windows_per_row(events):
+    # 10 million windows per row ran the driver out of heap while the query was defined.
+    with pytest.raises(IllegalArgumentException) as e:
+        _keyed(events).window("10 seconds", slide="1 microsecond")
+    msg = str(e.value)
+    assert msg.startswith("slide:") and "10000000 windows" in msg and "at most 1000" in msg
+    # The bound itself is accepted: 1,000 windows per row.
+    _keyed(events).window("10 seconds", slide="10 milliseconds").agg(F.count("*").alias("n"))

@@ -8,7 +8,7 @@ import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
 
 import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
 import io.github.keyedwatermarks.emission.WindowEmitter
-import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap}
+import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap, WindowsPerRow}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
 import io.github.keyedwatermarks.watermark._
 import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
@@ -262,6 +262,7 @@ final class KeyedWatermark private[keyedwatermarks] (
         val slideMicros = SparkInternals.durationMicros("slide", slide)
         if (slideMicros <= 0 || slideMicros > size) throw new IllegalArgumentException(
           s"slide: must be positive and at most the window size '$windowDuration', got '$slide'")
+        WindowsPerRow.check(size, slideMicros, windowDuration, slide)
         new KeyedWindow(this, F.window(input.eventTimeColumn, windowDuration, slide),
           if (slideMicros == size) TumblingWindows(size) else SlidingWindows(size, slideMicros), allowedMicros, None)
     }
