@@ -52,6 +52,9 @@ class PolicyResult:
     regressions: Dict[Hashable, int] = field(default_factory=dict)
     regression_events: int = 0
     released: List[Tuple[int, Hashable]] = field(default_factory=list)
+    # per micro-batch, after it: keys in state, and (key, source) entries kept for min of inputs
+    state_keys: List[int] = field(default_factory=list)
+    state_sources: List[int] = field(default_factory=list)
     batches: int = 0  # micro-batches Spark runs (data batches plus a trailing no-data batch)
     open_rows: int = 0  # rows in windows still open at the end
 
@@ -162,6 +165,8 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
                 for d in (held, max_t, key_lateness, trails, source_max, counts):
                     d.pop(key, None)
                 res.released.append((n, key))
+        res.state_keys.append(len(known))
+        res.state_sources.append(sum(len(source_max[k]) for k in known if k in source_max))
         n += 1
     res.batches = n
     res.open_rows = sum(len(v) for v in open_windows.values())
