@@ -5,14 +5,16 @@ micros; ``lateness`` is the row's per-key lateness or None for the default; ``so
 only read with ``sources``). Per key the *held* watermark never moves backward:
 
 - at the start of batch N: ``wm_N(k) = max(held(k), floor_N)`` where ``floor_N`` is Spark's
-  global watermark ``E_N`` (``closing='global'``) or ``E_N - max_skew`` (``max_skew``);
+  global watermark ``E_N`` (``closing='global'``) or ``E_N - max_skew - max(0, L(k) - L)``
+  (``max_skew``, by default an hour; a key without state starts at the floor);
 - a row is late when its window's end ``<= wm_N(k)``;
 - at the end of the batch the policy proposes a value from the key's rows: ``M(k) - L(k)``
   (``L(k)`` fixed, per-key from the batch's rows, or adaptive: the nearest-rank ``quantile``
   of ``M - t`` over all the key's rows so far, with ``M`` the key's max at the end of the row's
   batch, clamped to [lo, hi]); with sources, the min over sources of ``M(k, s) - L(k)``, undefined
   until every expected source has reported. A proposal below ``wm_N(k)`` is held and counted;
-- then every open window of every key with ``end <= wm(k)`` is emitted in batch N.
+- then every open window of every key with ``end <= wm(k)`` is emitted in batch N, and (with a
+  floor) a key left without open windows leaves state.
 
 ``E_N`` is Spark's: ``max over rows of batches < N of floor(t / 1000) ms - lateness``,
 undefined in batch 0; one trailing no-data batch runs when ``E`` advanced in the last batch.
@@ -25,6 +27,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
+from reference_model import DEFAULT_MAX_SKEW, spark_watermark_ms
+
 PolicyRow = Tuple[Optional[Hashable], Optional[int], Any, Optional[int], Optional[str]]
 
 
@@ -34,7 +38,7 @@ class Policy:
     column_lateness: bool = False  # per-row lateness (the rows' 4th field) instead of fixed
     adaptive: Optional[Tuple[float, int, int]] = None  # (quantile, lo, hi)
     sources: Optional[List[str]] = None  # expected sources ([]: the ones seen); None: off
-    max_skew: Optional[int] = None
+    max_skew: Optional[int] = DEFAULT_MAX_SKEW  # None: unbounded (max_skew="unbounded")
     global_closing: bool = False
 
 
@@ -43,7 +47,14 @@ class PolicyResult:
     # (key, start, end, batch, sorted values)
     emitted: List[Tuple[Hashable, int, int, int, Tuple[Any, ...]]] = field(default_factory=list)
     late: Dict[Tuple[int, Hashable], int] = field(default_factory=dict)
+    # key -> the most attempted regressions it counted while in state (the count restarts when
+    # a key returns after leaving state), and the number of (batch, key) with one
     regressions: Dict[Hashable, int] = field(default_factory=dict)
+    regression_events: int = 0
+    released: List[Tuple[int, Hashable]] = field(default_factory=list)
+    # per micro-batch, after it: keys in state, and (key, source) entries kept for min of inputs
+    state_keys: List[int] = field(default_factory=list)
+    state_sources: List[int] = field(default_factory=list)
     batches: int = 0  # micro-batches Spark runs (data batches plus a trailing no-data batch)
     open_rows: int = 0  # rows in windows still open at the end
 
@@ -60,16 +71,20 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
     key_lateness: Dict[Hashable, int] = {}
     trails: Dict[Hashable, List[int]] = defaultdict(list)
     source_max: Dict[Hashable, Dict[str, int]] = defaultdict(dict)
+    counts: Dict[Hashable, int] = {}  # attempted regressions since the key has state
     open_windows: Dict[Tuple[Hashable, int], List[Any]] = {}
-    known: set = set()
-    uses_global = policy.global_closing or policy.max_skew is not None
+    known: set = set()  # keys with state
+    skew = None if policy.global_closing else policy.max_skew
+    uses_global = policy.global_closing or skew is not None
     global_max_ms: Optional[int] = None
-    lateness_ms = policy.lateness // 1000
 
-    def floor_of(e: Optional[int]) -> Optional[int]:
+    def floor_of(key: Hashable, e: Optional[int]) -> Optional[int]:
         if e is None:
             return None
-        return e if policy.global_closing else e - policy.max_skew
+        if policy.global_closing:
+            return e
+        extra = max(0, key_lateness.get(key, policy.lateness) - policy.lateness)
+        return e - skew - extra
 
     def raise_to(key: Hashable, value: Optional[int]) -> None:
         if value is not None and (held.get(key) is None or value > held[key]):
@@ -77,16 +92,16 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
 
     all_batches = list(batches)
     n = 0
-    while n < len(all_batches) or (uses_global and n == len(all_batches) and _advanced(all_batches)):
+    while n < len(all_batches) or (uses_global and n == len(all_batches) and _advanced(all_batches, policy)):
         batch = all_batches[n] if n < len(all_batches) else []
         e = None
-        if uses_global and global_max_ms is not None and (global_max_ms - lateness_ms) > 0:
-            e = (global_max_ms - lateness_ms) * 1000
-        floor = floor_of(e) if uses_global else None
+        if uses_global:
+            e_ms = spark_watermark_ms(global_max_ms, policy.lateness)
+            e = None if e_ms is None else e_ms * 1000
         keys_in_batch = {r[0] for r in batch if r[0] is not None and r[1] is not None}
         known |= keys_in_batch  # a key has state (its watermark record) from its first row on
         for key in known:
-            raise_to(key, floor)
+            raise_to(key, floor_of(key, e))
         wm_start = dict(held)
         rows_by_key: Dict[Hashable, List[PolicyRow]] = defaultdict(list)
         for row in batch:
@@ -131,24 +146,37 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
                 else:
                     proposal = m - lateness
             if proposal is not None and wm_start.get(key) is not None and proposal < wm_start[key]:
-                res.regressions[key] = res.regressions.get(key, 0) + 1
+                counts[key] = counts.get(key, 0) + 1
+                res.regressions[key] = max(res.regressions.get(key, 0), counts[key])
+                res.regression_events += 1
             raise_to(key, proposal)
-            raise_to(key, floor)
+            raise_to(key, floor_of(key, e))  # with the key's lateness of this batch
         for (key, start) in sorted(open_windows, key=repr):
             w = held.get(key)
             if w is not None and start + size <= w:
                 res.emitted.append((key, start, start + size, n, tuple(sorted(open_windows[(key, start)]))))
                 del open_windows[(key, start)]
+        if uses_global:
+            # Keys left without open windows leave state (all of it: watermark, lateness, sketch,
+            # sources, counts); a returning key starts at the floor.
+            with_windows = {k for k, _ in open_windows}
+            for key in sorted(known - with_windows, key=repr):
+                known.discard(key)
+                for d in (held, max_t, key_lateness, trails, source_max, counts):
+                    d.pop(key, None)
+                res.released.append((n, key))
+        res.state_keys.append(len(known))
+        res.state_sources.append(sum(len(source_max[k]) for k in known if k in source_max))
         n += 1
     res.batches = n
     res.open_rows = sum(len(v) for v in open_windows.values())
     return res
 
 
-def _advanced(batches: Sequence[Sequence[PolicyRow]]) -> bool:
+def _advanced(batches: Sequence[Sequence[PolicyRow]], policy: Policy) -> bool:
     """Whether Spark's global watermark moved with the last batch (then a no-data batch runs)."""
-    def max_ms(bs):
+    def mark(bs):
         ts = [r[1] // 1000 for b in bs for r in b if r[1] is not None]
-        return max(ts) if ts else None
-    before, after = max_ms(batches[:-1]), max_ms(batches)
+        return spark_watermark_ms(max(ts) if ts else None, policy.lateness)
+    before, after = mark(batches[:-1]), mark(batches)
     return after is not None and (before is None or after > before)

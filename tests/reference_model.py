@@ -8,7 +8,9 @@ None), lateness ``L``, window size ``S`` and optional slide in microseconds. Per
   of batch N (or all of them while wm(k) is undefined); it is late when none is left; late
   rows are counted, not aggregated;
 - at the *end* of batch N, ``wm(k)`` advances with all of k's rows of the batch, then every
-  open window of k with ``end <= wm(k)`` is emitted (in batch N) and dropped.
+  open window of k with ``end <= wm(k)`` is emitted (in batch N) and dropped;
+- with ``max_skew`` no key's watermark trails Spark's global watermark by more than the skew,
+  and a key left without open windows leaves state (see ``run_model``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ class ModelResult:
     invalid: int = 0  # rows with a null key or a null event time
     # windows still in state after the last batch: (key, start) -> on-time values
     open: Dict[Tuple[Hashable, int], List[Any]] = field(default_factory=dict)
+    # (batch, key) of every key that left state at the end of that batch (max_skew)
+    released: List[Tuple[int, Hashable]] = field(default_factory=list)
+    # (batch, key, attempted regressions so far, wm_N(key)) per batch whose proposal was held
+    held: List[Tuple[int, Hashable, int, Optional[int]]] = field(default_factory=list)
+    batches: int = 0  # micro-batches Spark runs (with a trailing no-data batch, if any)
 
     def emitted_in_batch(self, batch: int) -> int:
         return sum(1 for w in self.emitted if w.batch == batch)
@@ -72,12 +79,25 @@ def window_starts(t: int, size: int, slide: Optional[int] = None) -> List[int]:
     return [s for s in range(last, t - size, -slide)]
 
 
+# The library's default max_skew (docs/semantics.md, "Bounded skew"): one hour, in micros.
+DEFAULT_MAX_SKEW = 3600 * 1_000_000
+
+
+def spark_watermark_ms(max_ms: Optional[int], lateness: int) -> Optional[int]:
+    """Spark's global watermark (ms) after rows with max event time ``max_ms`` (ms): ``max -
+    lateness``, undefined (None) until that is positive (Spark's watermark starts at 0)."""
+    if max_ms is None or max_ms - lateness // 1000 <= 0:
+        return None
+    return max_ms - lateness // 1000
+
+
 def run_model(
     batches: Sequence[Sequence[Row]],
     lateness: int,
     size: int,
     slide: Optional[int] = None,
     allowed: int = 0,
+    max_skew: Optional[int] = DEFAULT_MAX_SKEW,
 ) -> ModelResult:
     """``slide`` (micros, <= size) makes the windows sliding; None means tumbling.
 
@@ -85,22 +105,54 @@ def run_model(
     stays until wm(k) >= end + allowed, and fires again (next revision) at the end of each
     batch that added rows to it after its first firing; a row is late only when all of its
     windows have ``end + allowed <= wm(k)`` at the start of the batch.
+
+    ``max_skew`` (micros; None: unbounded; default: the library's default): Spark's global watermark ``E_N`` at the start of
+    batch N (``max over rows of batches < N of floor(t / 1000) ms - lateness``, undefined while
+    not positive) floors every key's watermark at ``E_N - max_skew``, at the start of the batch
+    (also for a key without state: a new or returning key starts there) and for keys without
+    rows (Spark's event-time timers fire in the batch). At the end of a batch a key left without
+    open windows leaves state (watermark, max event time); after the last batch, Spark runs one
+    more (no-data) batch if ``E`` advanced in it.
     """
     res = ModelResult()
     fired: Dict[Tuple[Hashable, int], int] = {}  # (key, start) -> revisions fired so far
-    max_time: Dict[Hashable, int] = {}  # key -> max event time seen (wm defined iff present)
+    max_time: Dict[Hashable, int] = {}  # key -> max event time seen (a key with state)
+    held: Dict[Hashable, Optional[int]] = {}  # key -> held watermark (None: undefined)
+    regressions: Dict[Hashable, int] = {}  # key -> attempted regressions since it has state
+    global_max_ms: Optional[int] = None
 
-    def wm(key: Hashable) -> Optional[int]:
-        return max_time[key] - lateness if key in max_time else None
+    def raise_to(key: Hashable, value: Optional[int]) -> None:
+        if value is not None and (held.get(key) is None or value > held[key]):
+            held[key] = value
 
-    for n, batch in enumerate(batches):
-        wm_start = {k: wm(k) for k in max_time}  # watermarks at the start of batch n
+    all_batches = list(batches)
+    n = 0
+    while True:
+        e_ms = spark_watermark_ms(global_max_ms, lateness) if max_skew is not None else None
+        if n >= len(all_batches):
+            # A trailing no-data batch runs when E advanced with the last batch.
+            before = spark_watermark_ms(_max_ms(all_batches[:-1]), lateness)
+            if max_skew is None or n > len(all_batches) or e_ms is None or (before is not None and e_ms <= before):
+                break
+            batch: Sequence[Row] = []
+        else:
+            batch = all_batches[n]
+        floor = None if e_ms is None else e_ms * 1000 - max_skew
+        for key in list(held):
+            raise_to(key, floor)
+        # wm_N(k): held (with the floor), or just the floor for a key without state.
+        wm_start = {k: held[k] for k in held}
         batch_max: Dict[Hashable, int] = {}
         updated = set()  # windows that got rows in this batch
         for key, t, value in batch:
+            if t is not None:
+                ms = t // 1000
+                global_max_ms = ms if global_max_ms is None else max(global_max_ms, ms)
             if key is None or t is None:
                 res.invalid += 1
                 continue
+            if key not in held and key not in wm_start:
+                wm_start[key] = floor
             batch_max[key] = max(t, batch_max.get(key, t))
             w = wm_start.get(key)
             # The row goes into each of its windows that is still open; it is late only when
@@ -116,8 +168,15 @@ def run_model(
         # End of batch: advance the watermarks, then emit every window they passed.
         for key, t in batch_max.items():
             max_time[key] = max(t, max_time.get(key, t))
+            proposal = max_time[key] - lateness
+            if wm_start[key] is not None and proposal < wm_start[key]:
+                # Held below the floor: an attempted regression, counted since the key has state.
+                regressions[key] = regressions.get(key, 0) + 1
+                res.held.append((n, key, regressions[key], wm_start[key]))
+            raise_to(key, wm_start[key])
+            raise_to(key, proposal)
         for (key, start) in sorted(res.open, key=repr):
-            w = wm(key)
+            w = held.get(key)
             revision = fired.get((key, start), 0)
             due = w is not None and start + size <= w
             if (revision == 0 and due) or (revision > 0 and (key, start) in updated):
@@ -127,7 +186,21 @@ def run_model(
             if w is not None and start + size + allowed <= w:
                 del res.open[(key, start)]
                 fired.pop((key, start), None)
+        if max_skew is not None:
+            with_windows = {k for k, _ in res.open}
+            for key in [k for k in held if k not in with_windows]:
+                del held[key]
+                del max_time[key]
+                regressions.pop(key, None)
+                res.released.append((n, key))
+        n += 1
+    res.batches = n
     return res
+
+
+def _max_ms(batches: Sequence[Sequence[tuple]]) -> Optional[int]:
+    ts = [r[1] // 1000 for b in batches for r in b if r[1] is not None]
+    return max(ts) if ts else None
 
 
 @dataclass(frozen=True)

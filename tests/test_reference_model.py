@@ -41,9 +41,20 @@ def to_spark_rows(batches: Sequence[Sequence[tuple]]) -> List[List[tuple]]:
     return [[(k, ts(t), v) for k, t, v in b] for b in batches]
 
 
-def build_query(stream, lateness_s: int, window_s: int, slide_s: Optional[int] = None):
+DEFAULT = "default"
+
+
+def skew_option(skew_s) -> dict:
+    """The max_skew option for a skew in seconds (None: unbounded; DEFAULT: not passed)."""
+    if skew_s == DEFAULT:
+        return {}
+    return {"max_skew": "unbounded" if skew_s is None else f"{int(skew_s * SECOND)} microseconds"}
+
+
+def build_query(stream, lateness_s: int, window_s: int, slide_s: Optional[int] = None, skew_s=DEFAULT):
     return (
-        kw.keyed_watermark(stream, key="device", event_time="ts", lateness=f"{lateness_s} seconds")
+        kw.keyed_watermark(stream, key="device", event_time="ts", lateness=f"{lateness_s} seconds",
+                           **skew_option(skew_s))
         .window(f"{window_s} seconds", slide=None if slide_s is None else f"{slide_s} seconds")
         .agg_with_report(
             F.count("*").alias("n"),
@@ -65,7 +76,7 @@ def run_with_progress(df, out_dir: Path, checkpoint: Path):
     rows = (
         df.sparkSession.read.schema(df.schema).parquet(str(out_dir))
         .select(
-            "device", "kw_kind", "kw_late_rows", "n", "s", "lo", "hi",
+            "device", "kw_kind", "kw_late_rows", "kw_regressions", "n", "s", "lo", "hi",
             F.unix_micros("window.start").alias("start"),
             F.unix_micros("window.end").alias("end"),
             F.unix_micros("kw_watermark").alias("wm"),
@@ -76,11 +87,11 @@ def run_with_progress(df, out_dir: Path, checkpoint: Path):
 
 
 def replay_and_run(spark, root: Path, batches, lateness_s: int, window_s: int,
-                   slide_s: Optional[int] = None):
+                   slide_s: Optional[int] = None, skew_s=DEFAULT):
     replay = Replay(spark, root)
     replay.add_all(to_spark_rows(batches))
     assert replay.batches == len(batches)
-    df = build_query(replay.stream(), lateness_s, window_s, slide_s)
+    df = build_query(replay.stream(), lateness_s, window_s, slide_s, skew_s)
     return run_with_progress(df, root / "out", root / "checkpoint")
 
 
@@ -108,18 +119,25 @@ def check_against_model(batches, model: ModelResult, rows, progress, sliding: bo
     for r in late_rows:
         got_late[r.device] += r.kw_late_rows
     assert dict(got_late) == model.late_per_key()
-    assert {r.kw_kind for r in rows} <= {"window", "late"}
+    # Attempted regressions (a proposal below the skew floor): one row per key and batch.
+    held = [r for r in rows if r.kw_kind == "watermark"]
+    assert Counter((r.device, r.kw_regressions, r.wm) for r in held) == Counter(
+        (key, count, wm) for _, key, count, wm in model.held)
+    assert {r.kw_kind for r in rows} <= {"window", "late", "watermark"}
 
-    # 3. Per-batch timing, from the observed metrics of each micro-batch.
+    # 3. Per-batch timing, from the observed metrics of each micro-batch (with a skew bound,
+    #    Spark runs a trailing no-data batch when its global watermark moved: the model too).
     data_batches = {p.batchId: p for p in progress if p.numInputRows > 0}
     assert sorted(data_batches) == list(range(len(batches))), [p.batchId for p in progress]
+    if model.batches > len(batches):
+        assert len(progress) == model.batches, [p.batchId for p in progress]
     invalid = 0
     for p in progress:
         b = p.batchId
         out = p.observedMetrics["keyed_watermarks_output"]
         inp = p.observedMetrics.get("keyed_watermarks_input")
-        want_emitted = model.emitted_in_batch(b) if b < len(batches) else 0
-        want_late = model.late_in_batch(b) if b < len(batches) else 0
+        want_emitted = model.emitted_in_batch(b)
+        want_late = model.late_in_batch(b)
         assert (b, out["windows_emitted"], out["late_rows"]) == (b, want_emitted, want_late)
         if inp is not None:
             invalid += inp["null_key_rows"] + inp["null_event_time_rows"]
@@ -148,14 +166,14 @@ STEP_S = st.sampled_from(list(range(0, 10)) * 5 + list(range(-25, 0)))
 
 
 @st.composite
-def sub_stream(draw, prefix: str) -> List[List[tuple]]:
+def sub_stream(draw, prefix: str, base: int) -> List[List[tuple]]:
     """One stream of a few keys, as micro-batches of (key, micros|None, temp|None) rows.
 
     Each key's event time is a random walk (mostly forward, sometimes backward far enough to
     be late), with occasional sub-second offsets to hit window boundaries from both sides.
+    `base` (micros) is where the walks start.
     """
     n_keys = draw(st.integers(1, 3))
-    base = draw(st.sampled_from(BASES_S)) * SECOND
     clock = [base + draw(st.integers(0, 20)) * SECOND for _ in range(n_keys)]
     events = draw(st.lists(
         st.tuples(
@@ -186,8 +204,11 @@ def sub_stream(draw, prefix: str) -> List[List[tuple]]:
 
 @st.composite
 def packed_streams(draw):
-    """Several independent streams (disjoint key prefixes) merged batch by batch."""
-    subs = [draw(sub_stream(f"s{i}_")) for i in range(draw(st.integers(2, 3)))]
+    """Several streams (disjoint key prefixes) merged batch by batch. They start from one base,
+    so that only a skew bound (Spark's global watermark) makes keys of one stream interact
+    with another's; without one, they never do."""
+    base = draw(st.sampled_from(BASES_S)) * SECOND
+    subs = [draw(sub_stream(f"s{i}_", base)) for i in range(draw(st.integers(2, 3)))]
     merged = [sum((s[i] for s in subs if i < len(s)), []) for i in range(max(map(len, subs)))]
     return [b for b in merged if b]  # an empty micro-batch is no micro-batch
 
@@ -205,19 +226,26 @@ def spark_examples(n: int):
     )
 
 
+# Skew bounds (seconds): unbounded, small enough that keys fall behind and leave state while
+# others advance (and may return), and the default (an hour: never reached by these streams).
+SKEWS_S = [None, 0, 15, 3600]
+
+
 @pytest.mark.all_versions
 @spark_examples(8)
 @given(
     batches=packed_streams(),
     lateness_s=st.sampled_from(LATENESS_S),
     window_s=st.sampled_from(WINDOW_S),
+    skew_s=st.sampled_from(SKEWS_S),
 )
-def test_operator_matches_reference_model(spark, tmp_path_factory, batches, lateness_s, window_s):
-    model = run_model(batches, lateness_s * SECOND, window_s * SECOND)
-    note(f"lateness={lateness_s}s window={window_s}s batches={batches}")
+def test_operator_matches_reference_model(spark, tmp_path_factory, batches, lateness_s, window_s, skew_s):
+    model = run_model(batches, lateness_s * SECOND, window_s * SECOND,
+                      max_skew=None if skew_s is None else skew_s * SECOND)
+    note(f"lateness={lateness_s}s window={window_s}s skew={skew_s}s batches={batches}")
     note(f"model={model}")
     root = tmp_path_factory.mktemp(f"model-{uuid.uuid4().hex[:8]}")
-    rows, progress = replay_and_run(spark, root, batches, lateness_s, window_s)
+    rows, progress = replay_and_run(spark, root, batches, lateness_s, window_s, skew_s=skew_s)
     check_against_model(batches, model, rows, progress)
 
 
@@ -324,6 +352,38 @@ def test_same_batch_rows_never_late_and_boundary_closes(spark, workdir):
 
     rows, progress = replay_and_run(spark, workdir, batches, 0, 10)
     check_against_model(batches, model, rows, progress)
+
+
+def test_key_that_left_state_returns_behind_the_skew_floor(spark, workdir):
+    """max_skew: a silent key whose windows the floor closed leaves state; when it returns, its
+    watermark starts at the floor, so a row for its emitted window is late (not a second
+    emission of that window). L = 0, S = 10 s, max_skew = 5 s; times are seconds after BASE."""
+    batches = [
+        # batch 0: no global watermark yet. End: wm(a) = 1, wm(b) = 2; Spark's E becomes 2.
+        [("a", s(1), 1.0), ("b", s(2), 2.0)],
+        # batch 1: floor E - 5 = -3 moves nothing. End: wm(a) = 30, a's [0,10) is emitted.
+        [("a", s(30), 3.0)],
+        # batch 2: E = 30, floor 25 >= 10: b's timer emits b's [0,10); b has no window left
+        # and leaves state. End: wm(a) = 45, a's [30,40) is emitted.
+        [("a", s(45), 4.0)],
+        # batch 3: E = 45, floor 40. b returns without state: wm_3(b) = 40, so b@8 is late
+        # (its window [0,10) was emitted in batch 2) and b@47 opens [40,50).
+        [("b", s(8), 5.0), ("b", s(47), 6.0)],
+    ]
+    model = run_model(batches, 0, 10 * SECOND, max_skew=5 * SECOND)
+    assert [(w.key, w.start - BASE, w.batch, w.values) for w in model.emitted] == [
+        ("a", 0, 1, (1.0,)), ("a", 30 * SECOND, 2, (3.0,)), ("b", 0, 2, (2.0,))]
+    assert model.late == {(3, "b"): 1} and model.late_watermark[(3, "b")] == s(40)
+    assert model.released == [(2, "b")]
+    assert model.batches == 5  # E moved 45 -> 47 with batch 3: a trailing no-data batch
+    rows, progress = replay_and_run(spark, workdir, batches, 0, 10, skew_s=5)
+    check_against_model(batches, model, rows, progress)
+
+    def keys_in_state(batch_id):
+        return sorted(r.key.kw_key_0 for r in spark.read.format("statestore")
+                      .option("path", str(workdir / "checkpoint")).option("stateVarName", "key_state")
+                      .option("batchId", batch_id).load().collect())
+    assert [keys_in_state(b) for b in range(5)] == [["a", "b"], ["a", "b"], ["a"], ["a", "b"], ["a", "b"]]
 
 
 # --------------------------------------------------------------------------------------

@@ -142,3 +142,25 @@ def test_restart_with_other_aggregates_is_refused(spark, workdir):
     replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in batches[2:4]])
     with pytest.raises(Exception, match="restart it from a new checkpoint location"):
         run(F.count("*").alias("n"), F.max("temp").alias("hottest"))
+
+
+@pytest.mark.parametrize("first, second", [
+    (lambda wm: wm.window("10 seconds"), lambda wm: wm.window("20 seconds")),
+    (lambda wm: wm.window("10 seconds", slide="5 seconds"), lambda wm: wm.window("10 seconds", slide="2 seconds")),
+    (lambda wm: wm.session("10 seconds"), lambda wm: wm.session(F.lit("10 seconds"))),
+], ids=["size", "slide", "session-gap-kind"])
+def test_restart_with_another_window_spec_is_refused(spark, workdir, first, second):
+    # Stored windows are found by their start: after 10 s -> 20 s a row was merged into a
+    # stored 10-second window. A restart with another window spec must fail, naming it.
+    replay = Replay(spark, workdir)
+    batches = make_batches(5)
+    replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in batches[:2]])
+
+    def run(windows):
+        wm = kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness="5 seconds")
+        return run_available(windows(wm).agg(F.count("*").alias("n")), workdir / "out", workdir / "checkpoint")
+
+    run(first)
+    replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in batches[2:4]])
+    with pytest.raises(Exception, match="another window spec .* restart it from a new checkpoint location"):
+        run(second)

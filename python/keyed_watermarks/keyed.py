@@ -153,6 +153,7 @@ class KeyedWatermark:
         source: Union[str, Column, None] = None,
         sources: Optional[Sequence[str]] = None,
         source_idle_timeout: Optional[Duration] = None,
+        max_ahead: Optional[Duration] = None,
     ) -> None:
         if not isinstance(event_time, str) or not event_time:
             raise PySparkTypeError(message=f"event_time: expected a column name, got {event_time!r}")
@@ -204,6 +205,7 @@ class KeyedWatermark:
                 "closing": closing,
                 "sources": sources,
                 "source_idle_timeout": _duration("source_idle_timeout", source_idle_timeout),
+                "max_ahead": _duration("max_ahead", max_ahead),
             }
         )
         self._backend = backend(events)
@@ -293,6 +295,7 @@ def keyed_watermark(
     source: Union[str, Column, None] = None,
     sources: Optional[Sequence[str]] = None,
     source_idle_timeout: Optional[Duration] = None,
+    max_ahead: Optional[Duration] = None,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
@@ -310,7 +313,9 @@ def keyed_watermark(
         (:class:`AdaptiveLateness`).
     :param clock: ``"event_time"`` (default) or ``"processing_time"``
         (``wm(key) = processing time - lateness``).
-    :param max_skew: hold each key's watermark at most this far behind Spark's global watermark.
+    :param max_skew: hold each key's watermark at most this far behind Spark's global watermark
+        (default: one hour, unless a processing-time policy or ``closing="global"`` is used);
+        a key whose windows all closed leaves state. ``"unbounded"`` turns the bound off.
     :param closing: ``"keyed"`` (default) or ``"global"``: every key uses Spark's global
         watermark (``withWatermark(event_time, lateness)``), for migration and A/B comparison.
     :param source: min of inputs: a column naming each row's source (gateway, link); the
@@ -318,6 +323,8 @@ def keyed_watermark(
     :param sources: the sources every key must hear from before it has a watermark
         (default: the sources seen so far).
     :param source_idle_timeout: a source silent this long stops holding its key back.
+    :param max_ahead: rows whose event time is further ahead of the micro-batch's processing time
+        are invalid (counted, never aggregated; default one day; ``"unbounded"`` turns it off).
 
     Bad input (unknown column, non-timestamp event time, bad or negative duration, options
     that cannot be combined) raises before any query starts.
@@ -340,4 +347,5 @@ def keyed_watermark(
         source=source,
         sources=sources,
         source_idle_timeout=source_idle_timeout,
+        max_ahead=max_ahead,
     )

@@ -4,6 +4,7 @@ import org.apache.spark.sql.{Column, DataFrame}
 
 import io.github.keyedwatermarks.planner.KeyedPlanner
 import io.github.keyedwatermarks.spec._
+import io.github.keyedwatermarks.watermark.{SkewBound, WatermarkPolicy}
 
 /**
  * The Scala API: per-key watermarks over a streaming DataFrame, then windows, then aggregates.
@@ -80,9 +81,18 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
   def withIdleTimeout(timeout: String, advance: Boolean = false): KeyedWatermark =
     copy(spec.copy(idleTimeout = Some(DurationOption.positive("idle_timeout", timeout)), advanceWhenIdle = advance))
 
-  /** A key's watermark is held at most `maxSkew` behind Spark's global watermark. */
-  def withMaxSkew(maxSkew: String): KeyedWatermark =
-    copy(spec.copy(maxSkew = Some(DurationOption.nonNegative("max_skew", maxSkew))))
+  /**
+   * A key's watermark is held at most `maxSkew` behind Spark's global watermark (default: one
+   * hour, see docs/semantics.md); "unbounded" turns the bound off.
+   */
+  def withMaxSkew(maxSkew: String): KeyedWatermark = copy(spec.copy(maxSkew = SkewBound.parse(maxSkew)))
+
+  /**
+   * Rows whose event time is more than `maxAhead` ahead of the micro-batch's processing time
+   * are invalid (default: one day; "unbounded" turns the guard off).
+   */
+  def withMaxAhead(maxAhead: String): KeyedWatermark =
+    copy(spec.copy(maxAheadMicros = WatermarkPolicy.maxAhead(maxAhead)))
 
   /** Every key uses Spark's global watermark (`withWatermark(eventTime, lateness)`). */
   def withGlobalClosing(): KeyedWatermark = copy(spec.copy(globalClosing = true))

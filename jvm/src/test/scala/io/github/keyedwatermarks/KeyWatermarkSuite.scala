@@ -2,7 +2,7 @@ package io.github.keyedwatermarks
 
 import org.scalatest.funsuite.AnyFunSuite
 
-import io.github.keyedwatermarks.watermark.{KeyWatermark, LateRowPolicy, WatermarkPolicy}
+import io.github.keyedwatermarks.watermark._
 
 class KeyWatermarkSuite extends AnyFunSuite {
   private val Undefined = KeyWatermark.Undefined
@@ -57,10 +57,32 @@ class KeyWatermarkSuite extends AnyFunSuite {
   }
 
   test("max_skew holds a key at most that far behind the global watermark; global closing equals it") {
-    val skew = new KeyWatermark(WatermarkPolicy(0L, maxSkewMicros = Some(10L)), KeyWatermark.fresh(0L))
+    val skew = new KeyWatermark(WatermarkPolicy(0L, maxSkew = SkewOf(10L)), KeyWatermark.fresh(0L))
     skew.observe(5L)
     assert(skew.advanceWithRows(skew.proposal(0L), 0L, globalWatermark = 100L) == 90L)
     val global = new KeyWatermark(WatermarkPolicy(0L, globalClosing = true), KeyWatermark.fresh(0L))
     assert(global.applyFloors(0L, globalWatermark = 77L) == 77L)
+  }
+
+  test("max_skew: a key with a larger lateness of its own may trail by that much more, never by less") {
+    val policy = WatermarkPolicy(5L, lateness = ColumnLateness, maxSkew = SkewOf(10L))
+    val slow = KeyWatermark.fresh(5L)
+    slow.latenessMicros = 35L
+    assert(new KeyWatermark(policy, slow).applyFloors(0L, globalWatermark = 100L) == 100L - 10L - 30L)
+    val quick = KeyWatermark.fresh(5L)
+    quick.latenessMicros = 1L
+    assert(new KeyWatermark(policy, quick).applyFloors(0L, globalWatermark = 100L) == 90L)
+  }
+
+  test("the default skew bound: an hour, unless a processing-time policy or closing='global' is used") {
+    assert(WatermarkPolicy(0L).maxSkewMicros.contains(3600L * 1000 * 1000))
+    assert(WatermarkPolicy(0L, maxSkew = Unbounded).maxSkewMicros.isEmpty)
+    assert(WatermarkPolicy(0L, idleTimeoutMillis = Some(1000L)).maxSkewMicros.isEmpty)
+    assert(WatermarkPolicy(0L, processingTime = true).maxSkewMicros.isEmpty)
+    assert(WatermarkPolicy(0L, globalClosing = true).maxSkewMicros.isEmpty)
+    val explicit = intercept[IllegalArgumentException](
+      WatermarkPolicy(0L, idleTimeoutMillis = Some(1000L), maxSkew = SkewOf(1L)).validate())
+    assert(explicit.getMessage.contains("max_skew"))
+    assert(SkewBound.parse("unbounded") == Unbounded && SkewBound.parse("2 seconds") == SkewOf(2000000L))
   }
 }

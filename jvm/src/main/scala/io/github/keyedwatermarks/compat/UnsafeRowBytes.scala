@@ -28,24 +28,28 @@ private[keyedwatermarks] object UnsafeRowBytes {
   }
 
   /**
-   * Several rows of one schema in one array: a fingerprint of the schema, then per row its
-   * size (8 bytes, so every row stays word-aligned) and its bytes. The fingerprint (stable
-   * across JVMs) makes bytes written for another schema (another query's aggregates restarted
-   * on the same checkpoint: Spark's state-schema check cannot look inside a BINARY) fail
-   * clearly instead of being misread. Writes reuse one buffer: one codec per thread.
+   * Several rows of one schema in one array: two fingerprints, of the schema and of `spec` (a
+   * description of what the rows mean beyond their types, e.g. the window spec), then per row
+   * its size (8 bytes, so every row stays word-aligned) and its bytes. The fingerprints (stable
+   * across JVMs) make bytes written for another schema or spec (another query's aggregates or
+   * windows restarted on the same checkpoint: Spark's state-schema check cannot look inside a
+   * BINARY) fail clearly instead of being misread. Writes reuse one buffer: one codec per thread.
    */
-  final class RowsCodec(schema: StructType) {
+  final class RowsCodec(schema: StructType, spec: String = "") {
     private val project = UnsafeProjection.create(schema)
     private val numFields = schema.length
-    private val header = scala.util.hashing.MurmurHash3.stringHash(schema.json).toLong
+    private val schemaPrint = scala.util.hashing.MurmurHash3.stringHash(schema.json).toLong
+    private val specPrint = scala.util.hashing.MurmurHash3.stringHash(spec).toLong
+    private val HeaderSize = 16
     private var buffer = new Array[Byte](256)
     private var size = 0
     reset()
 
     /** Drops what was added since the last result(). */
     def reset(): Unit = {
-      Platform.putLong(buffer, Platform.BYTE_ARRAY_OFFSET, header)
-      size = 8
+      Platform.putLong(buffer, Platform.BYTE_ARRAY_OFFSET, schemaPrint)
+      Platform.putLong(buffer, Platform.BYTE_ARRAY_OFFSET + 8, specPrint)
+      size = HeaderSize
     }
 
     def add(row: InternalRow): Unit = {
@@ -65,16 +69,21 @@ private[keyedwatermarks] object UnsafeRowBytes {
     }
 
     /**
-     * The rows written by a codec of this schema, each over `bytes` (not copied). Bytes of
-     * another schema, or cut short, fail with an IllegalStateException saying `what` they were.
+     * The rows written by a codec of this schema and spec, each over `bytes` (not copied). Bytes
+     * of another schema or spec, or cut short, fail with an IllegalStateException saying `what`
+     * they were.
      */
     def rows(bytes: Array[Byte], what: => String): Iterator[UnsafeRow] = {
-      if (bytes.length < 8 || Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET) != header) {
+      if (bytes.length < HeaderSize || Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET) != schemaPrint) {
         throw new IllegalStateException(s"$what: written for another schema (other aggregates, or another " +
           "version of keyed-watermarks) than this query's; restart it from a new checkpoint location")
       }
+      if (Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET + 8) != specPrint) {
+        throw new IllegalStateException(s"$what: written for another window spec (window size, slide, or session " +
+          s"gap kind) than this query's $spec; restart it from a new checkpoint location")
+      }
       new Iterator[UnsafeRow] {
-        private var pos = 8
+        private var pos = HeaderSize
         def hasNext: Boolean = pos < bytes.length
         def next(): UnsafeRow = {
           val n = if (pos + 8 <= bytes.length) Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET + pos) else -1L

@@ -17,7 +17,9 @@ final case class InputPlan(
     keys: Seq[String],
     eventTime: String,
     keyColumns: Seq[Column],
-    eventTimeColumn: Column)
+    eventTimeColumn: Column,
+    /** The user's columns (what a kept late or invalid row holds). */
+    userColumns: Seq[String])
 
 object InputPlan {
   /** Name of the internal event-time column (microseconds since the epoch). */
@@ -51,7 +53,36 @@ object InputPlan {
       s"event_time: column '$eventTime' is also a key column")
     if (keyNames.distinct.size != keyNames.size) throw new IllegalArgumentException(
       s"key: duplicate columns in ${keys.mkString(", ")}")
-    InputPlan(events, keyNames, eventTimeName, keyColumns, eventTimeColumn)
+    InputPlan(events, keyNames, eventTimeName, keyColumns, eventTimeColumn, events.columns.toSeq)
+  }
+
+  /** The internal column Spark's global watermark follows when rows too far ahead are excluded. */
+  val WatermarkEventTime = "__kw_watermark_event_time"
+
+  /**
+   * Rows further ahead of the micro-batch's processing time (Spark's batch timestamp, as
+   * `current_timestamp()` gives it in a streaming query) than `maxAheadMicros`: invalid.
+   */
+  def tooFarAhead(eventTime: Column, maxAheadMicros: Long): Column =
+    F.unix_micros(eventTime) > F.unix_micros(F.current_timestamp()) + F.lit(maxAheadMicros)
+
+  /**
+   * The input with Spark's global watermark (`withWatermark(eventTime, lateness)`), which the
+   * skew bound and closing='global' follow. Rows too far ahead (`maxAheadMicros`) do not move
+   * it: it follows a copy of the event time that is null for them, so that one row dated 9999
+   * cannot close every key's windows.
+   */
+  def withSparkWatermark(
+      plan: InputPlan, lateness: String, maxAheadMicros: Option[Long], streaming: Boolean = true): InputPlan = {
+    val events = maxAheadMicros match {
+      case None => plan.events.withWatermark(plan.eventTime, lateness)
+      case Some(ahead) =>
+        val ts = plan.eventTimeColumn
+        // Dropped above the watermark node, which keeps tracking it: the user's columns stay as they were.
+        plan.events.withColumn(WatermarkEventTime, F.when(tooFarAhead(ts, ahead), F.lit(null)).otherwise(ts))
+          .withWatermark(WatermarkEventTime, lateness).drop(WatermarkEventTime)
+    }
+    validate(events, plan.keys, plan.eventTime, streaming).copy(userColumns = plan.userColumns)
   }
 }
 
@@ -82,6 +113,9 @@ object ProjectedInput {
    *                      placed after the aggregates' inputs
    * @param source        min of inputs: rows with a null source are invalid (counted, never
    *                      aggregated), as rows with a null key are
+   * @param latenessMicros per-key lateness from a column: rows with an unparsable or negative
+   *                      value are invalid
+   * @param maxAheadMicros rows further ahead of processing time than this are invalid
    */
   def apply(
       plan: InputPlan,
@@ -89,10 +123,12 @@ object ProjectedInput {
       keepRows: Boolean,
       policyColumns: Seq[Column] = Nil,
       source: Option[Column] = None,
-      rowSessionEnd: Option[Column] = None): ProjectedInput = {
+      rowSessionEnd: Option[Column] = None,
+      latenessMicros: Option[Column] = None,
+      maxAheadMicros: Option[Long] = None): ProjectedInput = {
     val keyColumns = plan.keyColumns.zipWithIndex.map { case (c, i) => c.as(keyColumnName(i)) }
     val original =
-      if (keepRows) Seq(F.struct(plan.events.columns.toSeq.map(column(plan, _)): _*).as(OriginalRow)) else Nil
+      if (keepRows) Seq(F.struct(plan.userColumns.map(column(plan, _)): _*).as(OriginalRow)) else Nil
     val columns = keyColumns ++ Seq(F.unix_micros(plan.eventTimeColumn).as(InputPlan.EventTimeMicros)) ++
       aggregateInputs.distinct.map(column(plan, _)) ++ policyColumns
     val anyKeyNull = plan.keyColumns.map(_.isNull).reduce(_ || _)
@@ -103,8 +139,12 @@ object ProjectedInput {
     // Invalid rows are not filtered (nor counted by an observe()) here, row by row: the partial
     // aggregation, which reads every row anyway, skips and counts them by this code (the first
     // reason that applies), so the scan stays one code-generated stage (see InvalidRows).
+    val badLateness = latenessMicros.map(DurationColumn.invalid).getOrElse(F.lit(false))
+    val future = maxAheadMicros.map(InputPlan.tooFarAhead(plan.eventTimeColumn, _)).getOrElse(F.lit(false))
     val reason = F.when(anyKeyNull, InvalidRows.NullKey).when(eventTimeNull, InvalidRows.NullEventTime)
-      .when(sourceNull, InvalidRows.NullSource).when(badGap, InvalidRows.BadGap).otherwise(InvalidRows.Valid)
+      .when(sourceNull, InvalidRows.NullSource).when(badGap, InvalidRows.BadGap)
+      .when(badLateness, InvalidRows.BadLateness).when(future, InvalidRows.FutureEventTime)
+      .otherwise(InvalidRows.Valid)
     val projected = plan.events.select((columns :+ reason.as(InvalidReasonCode)) ++ original: _*)
     val keySchema = StructType(projected.schema.take(plan.keys.size))
     // Kept rows: the invalid ones too, with the reason, so nothing leaves the query unseen.

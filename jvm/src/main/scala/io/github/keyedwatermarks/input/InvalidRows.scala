@@ -4,7 +4,8 @@ import org.apache.spark.sql.{Column, DataFrame, functions => F}
 
 /**
  * Rows that can never be aggregated (null key, null event time, null source, a session gap
- * that ends before the row starts), and the per-batch input counts in
+ * that ends before the row starts, an unparsable or negative per-key lateness, an event time
+ * further ahead of processing time than `max_ahead`), and the per-batch input counts in
  * `query.lastProgress.observedMetrics["keyed_watermarks_input"]`.
  *
  * Why not `observe()` the input rows: Spark's CollectMetricsExec is not code-generated and
@@ -22,12 +23,16 @@ object InvalidRows {
   val NullEventTime = 2
   val NullSource = 3
   val BadGap = 4
-  val Reasons: Seq[Int] = Seq(NullKey, NullEventTime, NullSource, BadGap)
+  val BadLateness = 5
+  val FutureEventTime = 6
+  val Reasons: Seq[Int] = Seq(NullKey, NullEventTime, NullSource, BadGap, BadLateness, FutureEventTime)
 
   /** The reason, in words, for a kept invalid row (`kw_reason`) with this code. */
   def describe(code: Column): Column =
     F.when(code === NullKey, "null key").when(code === NullEventTime, "null event time")
-      .when(code === NullSource, "null source").otherwise("null or non-positive session gap")
+      .when(code === NullSource, "null source").when(code === BadGap, "null or non-positive session gap")
+      .when(code === BadLateness, "unparsable or negative per-key lateness")
+      .otherwise("event time too far ahead of processing time (max_ahead)")
 
   /**
    * The window start of a sentinel partial: far below any real window (TIMESTAMP's minimum,
@@ -41,7 +46,9 @@ object InvalidRows {
    * and keeps only the real partials. The counts equal those of the rows: every valid row is
    * counted in exactly one partial (its last window), every invalid row in one sentinel.
    */
-  def observe(partials: DataFrame, windowStart: String, rows: String, withSource: Boolean, withGap: Boolean): DataFrame = {
+  def observe(
+      partials: DataFrame, windowStart: String, rows: String, withSource: Boolean, withGap: Boolean,
+      withLateness: Boolean = false, withFuture: Boolean = false): DataFrame = {
     val start = partials.col(windowStart)
     val count = partials.col(rows)
     def total(c: Column) = F.coalesce(F.sum(c), F.lit(0L))
@@ -51,7 +58,9 @@ object InvalidRows {
       ofReason(NullKey).as("null_key_rows"),
       ofReason(NullEventTime).as("null_event_time_rows")) ++
       (if (withSource) Seq(ofReason(NullSource).as("null_source_rows")) else Nil) ++
-      (if (withGap) Seq(ofReason(BadGap).as("invalid_gap_rows")) else Nil)
+      (if (withGap) Seq(ofReason(BadGap).as("invalid_gap_rows")) else Nil) ++
+      (if (withLateness) Seq(ofReason(BadLateness).as("invalid_lateness_rows")) else Nil) ++
+      (if (withFuture) Seq(ofReason(FutureEventTime).as("future_event_time_rows")) else Nil)
     partials.observe(InputPlan.InputMetrics, metrics.head, metrics.tail: _*).where(start > LastSentinel)
   }
 }

@@ -12,7 +12,7 @@ import io.github.keyedwatermarks.compat.{CatalystAggregation, UnsafeRowBytes}
 import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
 import io.github.keyedwatermarks.emission.WindowEmitter
 import io.github.keyedwatermarks.state.KeyState
-import io.github.keyedwatermarks.watermark.{KeyWatermark, LateRowPolicy, WatermarkPolicy}
+import io.github.keyedwatermarks.watermark.{KeyWatermark, KeyWatermarkState, LateRowPolicy, WatermarkPolicy}
 import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
 
 /** Everything the operator needs, fixed when the query is defined (serialized to executors). */
@@ -58,7 +58,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     LateRowPolicy.isClosed(plan.windows.windowEnd(start) + plan.allowedLatenessMicros, wm)
 
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
-    state = new KeyState(getHandle, agg.bufferSchema, policy)
+    state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows)
   }
 
   /** Spark's global watermark in microseconds (only with max_skew / closing='global'). */
@@ -91,25 +91,47 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
 
   /** One key's state for one batch or timer: watermark record and open windows by start. */
   private final class KeyBatch(timerValues: TimerValues) {
-    private val (record, stored) = state.load()
-    val update = new KeyWatermarkUpdate(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
-      globalWatermark(timerValues))
+    private val loaded = state.load()
+    /** Whether the key had state (false: a new key, or one that returns after leaving state). */
+    val existed: Boolean = loaded.isDefined
+    private val record = loaded.map(_._1).getOrElse(state.fresh())
     val windows = mutable.LongMap.empty[OpenWindow]
-    stored.foreach { row =>
+    loaded.foreach(_._2.foreach { row =>
       val start = row.getLong(revisionOrdinal + 2)
       windows.update(start, new OpenWindow(start, row.getLong(revisionOrdinal + 1), agg.fromStored(row),
         row.getInt(revisionOrdinal), row.getBoolean(revisionOrdinal + 3)))
-    }
+    })
+    /** The event-time timer registered for the key as stored (a function of what was stored). */
+    val storedEventTimer: Option[Long] = if (existed) eventTimer(record, windows) else None
+    val update = new KeyWatermarkUpdate(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
+      globalWatermark(timerValues))
+    /** Whether the key left state in this call. */
+    var released = false
 
     def window(start: Long): OpenWindow =
       windows.getOrElseUpdate(start, new OpenWindow(start, plan.windows.windowEnd(start), agg.newBuffer(), 0))
 
-    /** Writes the record and the windows still open: one state store write for the key. */
+    /**
+     * Writes the record and the windows still open: one state store write for the key; or,
+     * when no window is left and the policy's floor covers a returning key (see
+     * WatermarkPolicy.releasesKeysWithoutWindows), removes the key from state.
+     */
     def store(lateRows: Long): Unit = {
       record.lateRows += lateRows
-      state.store(record, windows.values.iterator.map { w =>
-        new JoinedRow(agg.toStored(w.buffer), InternalRow(w.revisions, w.end, w.start, w.dirty))
-      })
+      if (windows.isEmpty && policy.releasesKeysWithoutWindows) release()
+      else {
+        val open = windows.values
+        val earliest = if (open.isEmpty) KeyWatermark.Undefined else open.iterator.map(_.start).min
+        state.store(record, open.iterator.map { w =>
+          new JoinedRow(agg.toStored(w.buffer), InternalRow(w.revisions, w.end, w.start, w.dirty))
+        }, open.size, earliest)
+      }
+    }
+
+    /** Drops all of the key's state and timers. */
+    def release(): Unit = {
+      state.clear()
+      released = true
     }
   }
 
@@ -124,7 +146,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     val held =
       if (update.regressed) Iterator.single(plan.emitter.heldWatermark(keyValues, update.record.regressions, update.atStart))
       else Iterator.empty
-    scheduleTimer(batch, timerValues)
+    scheduleTimer(batch, timerValues, batch.storedEventTimer)
     out ++ held
   }
 
@@ -260,26 +282,38 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
   }
 
   /**
-   * A timer: with idle_timeout (and not advance_when_idle) an idle key's windows that have not
-   * fired yet are emitted and the key is forgotten; otherwise the key's watermark follows its
-   * clock (processing time, idle advance, a source turning idle, Spark's global watermark) and
-   * the windows it passes are emitted.
+   * A timer. With idle_timeout an idle key's windows that have not fired yet are emitted (with
+   * advance_when_idle its watermark follows the wall clock instead), and a key that has been
+   * idle without open windows for idle_timeout more is forgotten. Otherwise the key's watermark
+   * follows its clock (processing time, a source turning idle, Spark's global watermark) and
+   * the windows it passes are emitted; a key left without windows leaves state.
    */
   override def handleExpiredTimer(
       key: Row, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo): Iterator[Row] = {
-    val keyValues = this.keyValues(key)
     val batch = new KeyBatch(timerValues)
+    // A timer of a key that already left state (registered before a restart with other
+    // options): nothing to do, and nothing may be written.
+    if (!batch.existed) return Iterator.empty
+    val keyValues = this.keyValues(key)
     val update = batch.update
+    val record = update.record
     val now = timerValues.getCurrentProcessingTimeInMs()
-    val idle = policy.idleTimeoutMillis.exists(t => update.record.lastArrivalMs != KeyWatermark.NoArrival &&
-      now - update.record.lastArrivalMs >= t)
-    if (idle && !policy.advanceWhenIdle) {
-      // Unfired windows, and sessions that changed since they fired (their next revision).
-      val out = batch.windows.values.toSeq.sortBy(_.start).filter(w => w.revisions == 0 || w.dirty).map { w =>
-        plan.emitter.window(agg.result(windowGroup(keyValues, w.start, w.end), w.buffer), w.revisions, update.atStart)
+    val idleFor = if (record.lastArrivalMs == KeyWatermark.NoArrival) -1L else now - record.lastArrivalMs
+    val timeout = policy.idleTimeoutMillis
+    val idle = timeout.exists(t => idleFor >= t)
+    if (idle && (!policy.advanceWhenIdle || forgotten(record, now))) {
+      val out = emitUnfired(keyValues, batch, update.atStart)
+      if (forgotten(record, now)) {
+        state.clear()
+        getHandle.listTimers().foreach(t => getHandle.deleteTimer(t))
+      } else {
+        // The windows just emitted are final: the watermark moves past them (so rows for them
+        // are late from now on) and the key keeps only its record until it is forgotten.
+        batch.windows.clear()
+        if (record.quietSinceMs == KeyWatermark.NoArrival) record.quietSinceMs = now
+        batch.store(0L)
+        scheduleTimer(batch, timerValues, None)
       }
-      state.clear()
-      getHandle.listTimers().foreach(t => getHandle.deleteTimer(t))
       return out.iterator
     }
     val watermarkAtStart = update.atStart
@@ -289,47 +323,87 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       case _: TumblingWindows | _: SlidingWindows =>
         closeWindows(keyValues, batch, watermarkNow, watermarkAtStart, _ => false)
     }
+    if (idle && batch.windows.isEmpty && record.quietSinceMs == KeyWatermark.NoArrival) record.quietSinceMs = now
     batch.store(0L)
-    scheduleTimer(batch, timerValues)
+    // Spark deletes the expired timer after this call: nothing else is registered for the key.
+    scheduleTimer(batch, timerValues, None)
     out.iterator
   }
 
+  /** idle_timeout: the key has been idle without open windows for idle_timeout (or idle for twice that). */
+  private def forgotten(record: KeyWatermarkState, now: Long): Boolean = policy.idleTimeoutMillis.exists { t =>
+    (record.quietSinceMs != KeyWatermark.NoArrival && now - record.quietSinceMs >= t) ||
+      (!policy.advanceWhenIdle && record.lastArrivalMs != KeyWatermark.NoArrival && now - record.lastArrivalMs >= 2 * t)
+  }
+
+  /**
+   * The key's windows that have not fired yet, and sessions that changed since they fired
+   * (their next revision), as emitted when the key goes idle; the watermark is raised past
+   * every window of the key (end plus allowed lateness), so that they are final.
+   */
+  private def emitUnfired(keyValues: InternalRow, batch: KeyBatch, reported: Long): Seq[Row] = {
+    val windows = batch.windows.values.toSeq.sortBy(_.start)
+    val out = windows.filter(w => w.revisions == 0 || w.dirty).map { w =>
+      plan.emitter.window(agg.result(windowGroup(keyValues, w.start, w.end), w.buffer), w.revisions, reported)
+    }
+    windows.foreach(w => batch.update.watermark.raise(w.end + plan.allowedLatenessMicros))
+    out
+  }
+
+  /**
+   * The event-time timer of a key (max_skew, closing='global'): when Spark's global watermark
+   * (ms) will let the key's floor reach the threshold of its earliest open window.
+   */
+  private def eventTimer(record: KeyWatermarkState, windows: mutable.LongMap[OpenWindow]): Option[Long] =
+    if (!policy.usesGlobalWatermark || windows.isEmpty) None
+    else {
+      val next = windows.values.iterator.map(_.threshold).min
+      val global = policy.maxSkewMicros match {
+        case Some(skew) => next + skew + math.max(0L, record.latenessMicros - policy.latenessMicros)
+        case None => next // closing='global'
+      }
+      Some(Math.floorDiv(global + 999L, 1000L))
+    }
+
   /**
    * Registers the key's next timer (only for policies that follow a clock): when the key turns
-   * idle, when a source turns idle, or when the clock will close the key's earliest open window.
+   * idle or is forgotten, when a source turns idle, or when the clock will close the key's
+   * earliest open window. An event-time timer is a function of the stored state, so it is
+   * replaced only when it changes (`registered`: the one registered now, if any).
    */
-  private def scheduleTimer(batch: KeyBatch, timerValues: TimerValues): Unit = {
+  private def scheduleTimer(batch: KeyBatch, timerValues: TimerValues, registered: Option[Long]): Unit = {
     if (!policy.usesProcessingTimers && !policy.usesGlobalWatermark) return
     val handle = getHandle
+    if (policy.usesGlobalWatermark) {
+      val wanted = if (batch.released) None else eventTimer(batch.update.record, batch.windows)
+      if (wanted != registered) {
+        registered.foreach(handle.deleteTimer)
+        wanted.foreach(handle.registerTimer)
+      }
+      return
+    }
     handle.listTimers().foreach(t => handle.deleteTimer(t))
+    if (batch.released) return
     val record = batch.update.record
     // The watermark at which the earliest open window next changes (fires or expires).
     val next = if (batch.windows.isEmpty) None else Some(batch.windows.values.map(_.threshold).min)
-    val sourceIdle = batch.update.sourceIdleTimes
     val times = mutable.ArrayBuffer.empty[Long]
-    if (policy.usesGlobalWatermark) {
-      // Event-time timers fire when Spark's global watermark (ms) reaches them.
-      next.foreach { t =>
-        val global = if (policy.globalClosing) t else t + policy.maxSkewMicros.get
-        times += Math.floorDiv(global + 999L, 1000L)
-      }
-    } else {
-      val now = timerValues.getCurrentProcessingTimeInMs()
-      val last = record.lastArrivalMs
-      policy.idleTimeoutMillis.foreach { timeout =>
-        if (last != KeyWatermark.NoArrival) {
-          if (!policy.advanceWhenIdle) times += last + timeout
-          else next.foreach { t =>
-            if (record.arrivalWatermark != KeyWatermark.Undefined) {
-              times += last + timeout + Math.floorDiv(t - record.arrivalWatermark + 999L, 1000L)
-            }
+    val now = timerValues.getCurrentProcessingTimeInMs()
+    val last = record.lastArrivalMs
+    policy.idleTimeoutMillis.foreach { timeout =>
+      if (record.quietSinceMs != KeyWatermark.NoArrival) times += record.quietSinceMs + timeout // forgotten
+      else if (last != KeyWatermark.NoArrival) {
+        if (!policy.advanceWhenIdle || next.isEmpty) times += last + timeout
+        else next.foreach { t =>
+          if (record.arrivalWatermark != KeyWatermark.Undefined) {
+            times += last + timeout + Math.floorDiv(t - record.arrivalWatermark + 999L, 1000L)
           }
         }
       }
-      if (policy.processingTime) next.foreach(t => times += Math.floorDiv(t + policy.latenessMicros + 999L, 1000L))
-      times ++= sourceIdle
-      for (i <- times.indices) if (times(i) <= now) times(i) = now + 1
     }
+    if (policy.processingTime) next.foreach(t => times += Math.floorDiv(t + policy.latenessMicros + 999L, 1000L))
+    times ++= batch.update.sourceIdleTimes
+    for (i <- times.indices) if (times(i) <= now) times(i) = now + 1
     if (times.nonEmpty) handle.registerTimer(times.min)
   }
 

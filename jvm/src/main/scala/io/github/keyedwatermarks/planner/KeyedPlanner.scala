@@ -69,7 +69,12 @@ object KeyedPlanner {
       emitter = emitter)
     val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
     val valid = InvalidRows.observe(partials.frame, PartialAggregation.WindowStart, PartialAggregation.Rows,
-      withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows))
+      withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows),
+      withLateness = spec.watermark.keyLateness match {
+        case _: KeyLateness.ByColumn | _: KeyLateness.ByKey => true
+        case KeyLateness.Fixed | _: KeyLateness.Adaptive => false
+      },
+      withFuture = spec.watermark.maxAheadMicros.isDefined)
     // A value is the payload bytes (plus the key columns, which Spark's value encoder must
     // cover), so the encoders copy one array per partial instead of converting every field to a
     // Row and back. (A key hash leading the grouping, to make the sort's prefix decide, cost
@@ -88,8 +93,9 @@ object KeyedPlanner {
     w.validate(events, streaming)
     spec.windows.validate(events)
     requireRocksDb(events)
-    if (!w.usesGlobalWatermark) InputPlan.validate(events, w.keys, w.eventTime, streaming)
-    else InputPlan.validate(events.withWatermark(w.eventTime, w.lateness.text), w.keys, w.eventTime, streaming)
+    val input = InputPlan.validate(events, w.keys, w.eventTime, streaming)
+    if (!w.usesGlobalWatermark) input
+    else InputPlan.withSparkWatermark(input, w.lateness.text, w.maxAheadMicros, streaming)
   }
 
   /** Spark's batch aggregation of the same query: its analyzed plan and its result schema. */
@@ -147,12 +153,13 @@ object KeyedPlanner {
     val aggregateInputs = eventColumns.filter(a => referenced.contains(a.exprId)).map(_.name)
     val sessionEnd = rowSessionEnd(input, spec.windows)
     val source = w.sources.map(_.column.cast("string"))
+    val lateness = latenessColumn(input, w.keyLateness)
     val policyColumns =
-      latenessColumn(input, w.keyLateness).map(c => F.coalesce(c, F.lit(w.lateness.micros))
-        .as(PartialAggregation.Lateness)).toSeq ++
+      lateness.map(c => F.coalesce(c, F.lit(w.lateness.micros)).as(PartialAggregation.Lateness)).toSeq ++
         source.map(_.as(PartialAggregation.Source)).toSeq ++
         sessionEnd.map(_.as(PartialAggregation.RowSessionEnd)).toSeq
-    ProjectedInput(input, aggregateInputs, spec.aggregation.keepLateRows, policyColumns, source, sessionEnd)
+    ProjectedInput(input, aggregateInputs, spec.aggregation.keepLateRows, policyColumns, source, sessionEnd,
+      lateness, w.maxAheadMicros)
   }
 
   /**

@@ -5,6 +5,8 @@ import scala.jdk.CollectionConverters._
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import org.apache.spark.sql.Column
 
+import io.github.keyedwatermarks.watermark.{DefaultSkew, SkewBound, WatermarkPolicy}
+
 /**
  * A [[KeyedQuerySpec]] from plain options: a JSON object of the Python API's keyword arguments
  * (durations already as Spark duration strings) plus the named Columns among them. This is the
@@ -21,7 +23,8 @@ object QueryOptions {
   private val mapper = new ObjectMapper()
 
   private val WatermarkOptions = Set("key", "event_time", "lateness", "idle_timeout", "key_lateness",
-    "adaptive_lateness", "clock", "advance_when_idle", "max_skew", "closing", "sources", "source_idle_timeout")
+    "adaptive_lateness", "clock", "advance_when_idle", "max_skew", "closing", "sources", "source_idle_timeout",
+    "max_ahead")
   private val QueryLevel = WatermarkOptions ++ Set("window", "session", "report", "keep_late_rows")
   private val ColumnOptions = Set("key_lateness", "source", "gap")
 
@@ -79,10 +82,11 @@ object QueryOptions {
       processingTimeClock = clock == "processing_time",
       idleTimeout = o.string("idle_timeout").map(DurationOption.positive("idle_timeout", _)),
       advanceWhenIdle = o.bool("advance_when_idle").getOrElse(false),
-      maxSkew = o.string("max_skew").map(DurationOption.nonNegative("max_skew", _)),
+      maxSkew = o.string("max_skew").map(SkewBound.parse).getOrElse(DefaultSkew),
       globalClosing = closing == "global",
       sources = sourceColumn.map(SourcesSpec(_, o.strings("sources").getOrElse(Nil),
-        o.string("source_idle_timeout").map(DurationOption.positive("source_idle_timeout", _)))))
+        o.string("source_idle_timeout").map(DurationOption.positive("source_idle_timeout", _)))),
+      maxAheadMicros = o.string("max_ahead").fold(Option(WatermarkPolicy.DefaultMaxAheadMicros))(WatermarkPolicy.maxAhead))
   }
 
   private def windows(o: Options): WindowSpec = (o.node("window"), o.node("session")) match {

@@ -4,8 +4,8 @@ import org.apache.spark.sql.{Column, DataFrame}
 
 import io.github.keyedwatermarks.compat.SparkVersionCheck
 import io.github.keyedwatermarks.input.{DurationColumn, InputPlan}
-import io.github.keyedwatermarks.watermark.{AdaptiveLateness, ColumnLateness, FixedLateness, LatenessSource,
-  SourcePolicy, WatermarkPolicy}
+import io.github.keyedwatermarks.watermark.{AdaptiveLateness, ColumnLateness, DefaultSkew, FixedLateness,
+  LatenessSource, SkewBound, SourcePolicy, WatermarkPolicy}
 
 /**
  * The per-key watermark part of a query, as the user chose it: keys, event time, lateness and
@@ -22,9 +22,10 @@ final case class WatermarkSpec(
     processingTimeClock: Boolean = false,
     idleTimeout: Option[DurationOption] = None,
     advanceWhenIdle: Boolean = false,
-    maxSkew: Option[DurationOption] = None,
+    maxSkew: SkewBound = DefaultSkew,
     globalClosing: Boolean = false,
-    sources: Option[SourcesSpec] = None) {
+    sources: Option[SourcesSpec] = None,
+    maxAheadMicros: Option[Long] = Some(WatermarkPolicy.DefaultMaxAheadMicros)) {
 
   /** The engine's policy (what the operator reads on executors). */
   def policy: WatermarkPolicy = WatermarkPolicy(
@@ -33,9 +34,10 @@ final case class WatermarkSpec(
     processingTime = processingTimeClock,
     idleTimeoutMillis = idleTimeout.map(_.millis),
     advanceWhenIdle = advanceWhenIdle,
-    maxSkewMicros = maxSkew.map(_.micros),
+    maxSkew = maxSkew,
     globalClosing = globalClosing,
-    sources = sources.map(s => SourcePolicy(s.expected.distinct, s.idleTimeout.map(_.millis))))
+    sources = sources.map(s => SourcePolicy(s.expected.distinct, s.idleTimeout.map(_.millis))),
+    maxAheadMicros = maxAheadMicros)
 
   /**
    * Checks the options against `events` (columns exist, types fit) and against each other

@@ -7,6 +7,7 @@ import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongTyp
 
 import io.github.keyedwatermarks.compat.{QuantileSketch, UnsafeRowBytes}
 import io.github.keyedwatermarks.watermark.{AdaptiveLateness, KeyWatermark, KeyWatermarkState, WatermarkPolicy}
+import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
 
 /**
  * Per-key state in Spark's state store (RocksDB provider):
@@ -23,7 +24,8 @@ import io.github.keyedwatermarks.watermark.{AdaptiveLateness, KeyWatermark, KeyW
  * Optional variables are registered only when their policy is on, so other queries pay nothing.
  * Field names are Avro-safe, as the state store's schema handling requires.
  */
-final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, policy: WatermarkPolicy) {
+final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, policy: WatermarkPolicy,
+    windows: WindowAssigner) {
   import KeyState._
 
   private val keyState: ValueState[Row] =
@@ -38,27 +40,34 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, 
   val sources: Option[MapState[String, Row]] = policy.sources.map(_ =>
     handle.getMapState("source_watermarks", Encoders.STRING, Encoders.row(SourceSchema), TTLConfig.NONE))
 
-  private val windows = new UnsafeRowBytes.RowsCodec(windowSchema(bufferSchema))
+  private val codec = new UnsafeRowBytes.RowsCodec(windowSchema(bufferSchema), describe(windows))
 
   /**
    * The key's watermark record and its open windows (rows of [[windowSchema]], each over the
-   * bytes just read, which nothing else shares).
+   * bytes just read, which nothing else shares); None for a key without state (new, or
+   * released).
    */
-  def load(): (KeyWatermarkState, Iterator[InternalRow]) = {
+  def load(): Option[(KeyWatermarkState, Iterator[InternalRow])] = {
     // One read: Spark's exists() is itself a get() (and a decode), so test get() for null.
     val r = keyState.get()
-    if (r != null) {
-      (new KeyWatermarkState(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
-        r.getLong(6)), windows.rows(r.getAs[Array[Byte]](7), "the open windows in state"))
-    } else (KeyWatermark.fresh(policy.latenessMicros), Iterator.empty)
+    if (r == null) None
+    else Some((new KeyWatermarkState(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
+      r.getLong(6), r.getLong(7)), codec.rows(r.getAs[Array[Byte]](OpenWindowsOrdinal), "the open windows in state")))
   }
 
-  /** Writes the record and the open windows (rows of [[windowSchema]]). */
-  def store(s: KeyWatermarkState, open: Iterator[InternalRow]): Unit = {
-    windows.reset()
-    open.foreach(windows.add)
+  /** A key's record before its first row (or after it left state). */
+  def fresh(): KeyWatermarkState = KeyWatermark.fresh(policy.latenessMicros)
+
+  /**
+   * Writes the record and the open windows (rows of [[windowSchema]]; `earliestStart` the
+   * smallest start among them), with their count and earliest start in the clear for
+   * read_key_state.
+   */
+  def store(s: KeyWatermarkState, open: Iterator[InternalRow], count: Int, earliestStart: Long): Unit = {
+    codec.reset()
+    open.foreach(codec.add)
     keyState.update(Row(s.maxEventTime, s.watermark, s.arrivalWatermark, s.lastArrivalMs, s.latenessMicros,
-      s.lateRows, s.regressions, windows.result()))
+      s.lateRows, s.regressions, s.quietSinceMs, count, earliestStart, codec.result()))
   }
 
   def loadSketch(relativeError: Double): QuantileSketch =
@@ -87,16 +96,37 @@ object KeyState {
     .add(StructField("kw_start", LongType, nullable = false))
     .add(StructField("kw_dirty", BooleanType, nullable = false))
 
+  /**
+   * The key's record: what read_key_state shows (docs/semantics.md, "Per-key state"). Times in
+   * microseconds (`_us`) or processing-time milliseconds (`_ms`); `Long.MinValue` means
+   * undefined / none.
+   */
   val WatermarkSchema: StructType = StructType(Seq(
     "max_event_time_us", "watermark_us", "arrival_watermark_us", "last_arrival_ms", "lateness_us",
-    "late_rows", "regressions").map(StructField(_, LongType, nullable = false)))
+    "late_rows", "regressions", "quiet_since_ms").map(StructField(_, LongType, nullable = false)) ++ Seq(
+    StructField("open_window_count", IntegerType, nullable = false),
+    StructField("earliest_window_start_us", LongType, nullable = false)))
+
+  private val OpenWindowsOrdinal = WatermarkSchema.length
 
   /**
    * The open windows are one BINARY value: rows of [[windowSchema]] (compat.UnsafeRowBytes),
-   * after a fingerprint of that schema, which load() checks (Spark cannot look inside).
+   * after fingerprints of that schema and of the window spec, which load() checks (Spark cannot
+   * look inside).
    */
   def keySchema: StructType =
     WatermarkSchema.add(StructField("open_windows", BinaryType, nullable = false))
+
+  /**
+   * The window spec the stored windows were built for (size, slide, session gap kind): stored
+   * windows are found by start, so windows of another spec would be merged into wrongly.
+   */
+  def describe(windows: WindowAssigner): String = windows match {
+    case TumblingWindows(size) => s"tumbling windows of $size microseconds"
+    case SlidingWindows(size, slide) => s"sliding windows of $size microseconds every $slide microseconds"
+    case SessionWindows(_, true) => "session windows with a per-row gap"
+    case SessionWindows(gap, false) => s"session windows with a gap of $gap microseconds"
+  }
 
   val SourceSchema: StructType = StructType(Seq(
     StructField("max_event_time_us", LongType, nullable = false),

@@ -33,7 +33,15 @@ final class KeyWatermark(policy: WatermarkPolicy, val state: KeyWatermarkState) 
     var f = Undefined
     if (policy.processingTime) f = max(f, saturatingMinus(Math.multiplyExact(nowMs, 1000L), policy.latenessMicros))
     if (policy.globalClosing) f = max(f, global)
-    policy.maxSkewMicros.foreach(skew => if (global != Undefined) f = max(f, saturatingMinus(global, skew)))
+    // A key with a larger lateness of its own (per-key or adaptive) may trail by that much more;
+    // never less than the skew itself, so the floor of a key that returns after leaving state
+    // (default lateness) is at least the floor that released it.
+    policy.maxSkewMicros.foreach { skew =>
+      if (global != Undefined) {
+        val extra = math.max(0L, state.latenessMicros - policy.latenessMicros)
+        f = max(f, saturatingMinus(saturatingMinus(global, skew), extra))
+      }
+    }
     if (policy.advanceWhenIdle && state.lastArrivalMs != NoArrival && state.arrivalWatermark != Undefined) {
       val idleFor = nowMs - state.lastArrivalMs - policy.idleTimeoutMillis.get
       if (idleFor > 0) f = max(f, state.arrivalWatermark + idleFor * 1000L)
@@ -53,6 +61,7 @@ final class KeyWatermark(policy: WatermarkPolicy, val state: KeyWatermarkState) 
     raise(floor(nowMs, globalWatermark))
     state.lastArrivalMs = nowMs
     state.arrivalWatermark = state.watermark
+    state.quietSinceMs = NoArrival
     state.watermark
   }
 
@@ -67,7 +76,11 @@ final class KeyWatermark(policy: WatermarkPolicy, val state: KeyWatermarkState) 
   def proposal(latenessMicros: Long): Long =
     if (state.maxEventTime == Undefined) Undefined else saturatingMinus(state.maxEventTime, latenessMicros)
 
-  private def raise(candidate: Long): Unit = if (candidate > state.watermark) state.watermark = candidate
+  /**
+   * Raises the watermark without counting (idle_timeout: windows emitted because the key went
+   * idle are final, so the watermark moves past them and their rows are late from then on).
+   */
+  def raise(candidate: Long): Unit = if (candidate > state.watermark) state.watermark = candidate
 }
 
 /** One key's watermark record, as kept in the state store (see state.KeyState). */
@@ -78,7 +91,12 @@ final class KeyWatermarkState(
     var lastArrivalMs: Long,
     var latenessMicros: Long,
     var lateRows: Long,
-    var regressions: Long)
+    var regressions: Long,
+    /**
+     * idle_timeout: the processing time (ms) since which the idle key has had no open window
+     * left (it is forgotten idle_timeout later); [[KeyWatermark.NoArrival]] otherwise.
+     */
+    var quietSinceMs: Long)
 
 object KeyWatermark {
   /** Sentinel for "no watermark yet": below every real watermark. */
@@ -86,7 +104,7 @@ object KeyWatermark {
   val NoArrival: Long = Long.MinValue
 
   def fresh(latenessMicros: Long): KeyWatermarkState =
-    new KeyWatermarkState(Undefined, Undefined, Undefined, NoArrival, latenessMicros, 0L, 0L)
+    new KeyWatermarkState(Undefined, Undefined, Undefined, NoArrival, latenessMicros, 0L, 0L, NoArrival)
 
   @inline def max(a: Long, b: Long): Long = if (a > b) a else b
 

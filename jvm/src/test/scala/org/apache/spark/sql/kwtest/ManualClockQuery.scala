@@ -11,7 +11,7 @@ import org.apache.spark.util.ManualClock
  * a ManualClock, so idle-timeout behaviour is tested without sleeps. Lives in Spark's package
  * because the trigger clock is not public API (as in Spark's own StreamTest).
  */
-final class ManualClockQuery(df: DataFrame, checkpoint: String, startMillis: Long) {
+final class ManualClockQuery(df: DataFrame, val checkpoint: String, startMillis: Long) {
   /** Like Spark's StreamManualClock: knows when the trigger thread is waiting for the clock. */
   final class TriggerClock(start: Long) extends ManualClock(start) {
     private var waitingAt: Option[Long] = None
