@@ -514,6 +514,7 @@ def test_composite_key_matches_spark_streaming(spark, workdir):
 # =========================================================================================
 
 
+@pytest.mark.all_versions
 def test_slow_uploader_kept_by_keyed_watermark_dropped_by_spark(spark, workdir):
     """`fast` streams in real time; `slow` is a batch uploader that sends its backlog
     (12 s .. 47 s) after `fast` has reached 111 s. With Spark's global watermark (max over all keys - 5 s) the backlog is far behind
