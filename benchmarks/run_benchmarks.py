@@ -4,6 +4,7 @@ pure-Python keyed implementation and a stateless lower bound, on the same genera
 
     .venv/bin/python benchmarks/run_benchmarks.py            # full run (~9.5 min on 2 quiet cores)
     .venv/bin/python benchmarks/run_benchmarks.py --quick    # smoke test (< 2 min)
+    .venv/bin/python benchmarks/run_benchmarks.py --spark 4.0 --methods native,keyed  # on Spark 4.0
 
 See benchmarks/README.md for what is measured and how. Results: a markdown table on stdout and
 in benchmarks/results/latest.md (--quick: benchmarks/results/quick.md), raw numbers next to it
@@ -28,11 +29,47 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 HERE = Path(__file__).resolve().parent
+
+
+def _spark_line_requested(argv: List[str]) -> Optional[str]:
+    for i, a in enumerate(argv):
+        if a == "--spark":
+            return argv[i + 1] if i + 1 < len(argv) else ""
+        if a.startswith("--spark="):
+            return a[len("--spark="):]
+    return None
+
+
+def _run_in_spark_venv(argv: List[str]) -> None:
+    """`--spark 4.0`: re-runs this harness with that Spark line's venv (dev/venv creates it if
+    missing), before pyspark is imported; keyed_watermarks there picks the line's jar."""
+    import importlib.metadata
+    import subprocess
+
+    minor = _spark_line_requested(argv)
+    if minor is None:
+        return
+    try:
+        installed = importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        installed = ""
+    if installed.startswith(minor + "."):
+        return
+    proc = subprocess.run([str(HERE.parent / "dev" / "venv"), minor], stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"--spark {minor}: dev/venv {minor} failed (exit {proc.returncode})")
+    python = HERE.parent / proc.stdout.strip() / "bin" / "python"
+    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *argv])
+
+
+if __name__ == "__main__":
+    _run_in_spark_venv(sys.argv[1:])
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
 sys.path.insert(0, str(HERE))
 
 from pyspark.sql import DataFrame, SparkSession, functions as F  # noqa: E402
@@ -541,7 +578,11 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--jar", default=None,
                    help="use this keyed-watermarks jar instead of the bundled one (A/B a core "
                         "change without reinstalling)")
+    p.add_argument("--spark", default=None, metavar="MINOR",
+                   help="run on this Spark line (4.0, 4.1, 4.2, 4.3) with its venv (dev/venv) "
+                        "and its keyed-watermarks jar; results default to results/spark-MINOR.md")
     p.add_argument("--out", default=None, help="markdown output (default results/latest.md, "
+                                               "results/spark-MINOR.md with --spark, "
                                                "results/quick.md with --quick)")
     args = p.parse_args(argv)
     if args.quick:
@@ -595,7 +636,8 @@ def main(argv: List[str]) -> int:
     configs = configurations(args)
     if not configs:
         raise SystemExit("no configuration selected")
-    out_md = Path(args.out) if args.out else HERE / "results" / ("quick.md" if args.quick else "latest.md")
+    default_out = "quick.md" if args.quick else f"spark-{args.spark}.md" if args.spark else "latest.md"
+    out_md = Path(args.out) if args.out else HERE / "results" / default_out
     command = " ".join([".venv/bin/python", "benchmarks/run_benchmarks.py"] + [shlex.quote(a) for a in argv])
 
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="kw-bench-"))

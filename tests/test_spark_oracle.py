@@ -465,8 +465,7 @@ def test_many_sliding_windows_per_row_match_spark_streaming(spark, workdir):
     assert len(out) >= 40
 
 
-@pytest.mark.parametrize("slide", [pytest.param(None, marks=pytest.mark.all_versions), "5 seconds",
-                                   pytest.param("1 second", marks=pytest.mark.all_versions)])
+@pytest.mark.parametrize("slide", [None, "5 seconds", pytest.param("1 second", marks=pytest.mark.all_versions)])
 def test_fixed_width_partials_match_spark_streaming(spark, workdir, slide):
     # Numeric aggregates only: the partials are Spark's HashAggregateExec's,
     # with a composite key and out-of-order rows (jitter) for tumbling windows.
@@ -515,6 +514,7 @@ def test_composite_key_matches_spark_streaming(spark, workdir):
 # =========================================================================================
 
 
+@pytest.mark.all_versions
 def test_slow_uploader_kept_by_keyed_watermark_dropped_by_spark(spark, workdir):
     """`fast` streams in real time; `slow` is a batch uploader that sends its backlog
     (12 s .. 47 s) after `fast` has reached 111 s. With Spark's global watermark (max over all keys - 5 s) the backlog is far behind
