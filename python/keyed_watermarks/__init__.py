@@ -8,6 +8,8 @@
 from keyed_watermarks._jvm import configure, jar_path
 from keyed_watermarks.keyed import AdaptiveLateness, KeyedWatermark, KeyedWindow, keyed_watermark
 from keyed_watermarks.report import foreach_batch, split_report
+from keyed_watermarks.state import read_key_state
+from keyed_watermarks.metrics import metrics
 
 __version__ = "0.1.0"
 __all__ = [
@@ -19,4 +21,6 @@ __all__ = [
     "KeyedWindow",
     "split_report",
     "foreach_batch",
+    "read_key_state",
+    "metrics",
 ]

@@ -159,6 +159,7 @@ class KeyedWatermark:
         sources: Optional[Sequence[str]] = None,
         source_idle_timeout: Optional[Duration] = None,
         max_ahead: Optional[Duration] = None,
+        stuck_after: Optional[Duration] = None,
     ) -> None:
         keys = _names("key", key)
         if not isinstance(event_time, str) or not event_time:
@@ -238,6 +239,8 @@ class KeyedWatermark:
             )
         if max_ahead is not None:
             jwm = jwm.withMaxAhead(_duration("max_ahead", max_ahead))
+        if stuck_after is not None:
+            jwm = jwm.withStuckAfter(_duration("stuck_after", stuck_after))
         self._jwatermark = jwm
 
     def window(
@@ -324,6 +327,7 @@ def keyed_watermark(
     sources: Optional[Sequence[str]] = None,
     source_idle_timeout: Optional[Duration] = None,
     max_ahead: Optional[Duration] = None,
+    stuck_after: Optional[Duration] = None,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
@@ -353,6 +357,8 @@ def keyed_watermark(
     :param source_idle_timeout: a source silent this long stops holding its key back.
     :param max_ahead: rows whose event time is further ahead of the micro-batch's processing time
         are invalid (counted, never aggregated; default one day; ``"unbounded"`` turns it off).
+    :param stuck_after: the per-batch metric ``stuck_keys`` counts keys whose watermark trails
+        Spark's global watermark by more than this (default 10 minutes; see :func:`metrics`).
 
     Bad input (unknown column, non-timestamp event time, bad or negative duration, options
     that cannot be combined) raises before any query starts.
@@ -376,4 +382,5 @@ def keyed_watermark(
         sources=sources,
         source_idle_timeout=source_idle_timeout,
         max_ahead=max_ahead,
+        stuck_after=stuck_after,
     )

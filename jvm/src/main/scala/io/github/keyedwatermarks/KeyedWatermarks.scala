@@ -7,7 +7,7 @@ import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
 
 import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
-import io.github.keyedwatermarks.emission.WindowEmitter
+import io.github.keyedwatermarks.emission.{KeyMetrics, WindowEmitter}
 import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap, WindowsPerRow}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
 import io.github.keyedwatermarks.watermark._
@@ -174,6 +174,13 @@ final class KeyedWatermark private[keyedwatermarks] (
    */
   def withMaxAhead(maxAhead: String): KeyedWatermark =
     copy(policy = policy.copy(maxAheadMicros = WatermarkPolicy.maxAhead(maxAhead)))
+
+  /**
+   * The per-batch metric `stuck_keys` counts the keys handled in a micro-batch whose watermark
+   * trails Spark's global watermark by more than `stuckAfter` (default 10 minutes).
+   */
+  def withStuckAfter(stuckAfter: String): KeyedWatermark =
+    copy(policy = policy.copy(stuckAfterMicros = KeyedWatermarks.nonNegative("stuck_after", stuckAfter)))
 
   /** Every key uses Spark's global watermark (`withWatermark(eventTime, lateness)`). */
   def withGlobalClosing(): KeyedWatermark = copy(policy = policy.copy(globalClosing = true))
@@ -367,9 +374,14 @@ final class KeyedWindow private[keyedwatermarks] (
       .toDF()
     val all = projected.invalidRows.fold(out)(invalid => out.union(WindowEmitter.invalidRows(invalid, emitter,
       input.keys.map(resultSchema(_).name))))
-    all.observe(KeyedWatermarks.OutputMetrics,
-      F.count(F.when(all.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"),
+    val metrics = Seq(
       F.coalesce(F.sum(all.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
-      F.count(F.when(all.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark"))
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark")) ++
+      KeyMetrics.columns(all, policy.stuckAfterMicros)
+    val observed = all.observe(KeyedWatermarks.OutputMetrics,
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"), metrics: _*)
+    // The "key" rows only feed the metrics.
+    observed.where(observed.col(WindowEmitter.KindColumn) =!= WindowEmitter.KeyKindValue)
+      .drop(WindowEmitter.KeyMetricsColumn)
   }
 }

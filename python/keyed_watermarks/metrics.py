@@ -1,0 +1,69 @@
+"""Per-micro-batch counts of a keyed-watermark query, as a plain dict, from a progress report."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Mapping
+
+from pyspark.errors import PySparkTypeError
+
+INPUT_METRICS = "keyed_watermarks_input"
+OUTPUT_METRICS = "keyed_watermarks_output"
+
+
+def metrics(progress: Any) -> Dict[str, Any]:
+    """Our counts for one micro-batch (see docs/semantics.md, "Per-batch metrics").
+
+    ``progress`` is a ``StreamingQueryProgress`` (``query.lastProgress``, an element of
+    ``query.recentProgress`` or ``event.progress`` in a ``StreamingQueryListener``), of a classic
+    or a Spark Connect session, or its JSON as a dict (``json.loads(progress.json)``). The result
+    merges the observed metrics ``keyed_watermarks_input`` and ``keyed_watermarks_output`` (input
+    and invalid rows, windows emitted, late rows, keys in the batch, new and released keys, open
+    windows, watermark lag, stuck keys) with ``batch_id`` and, from Spark's state operator,
+    ``state_rows`` (rows in state: one per key, plus one per key for adaptive lateness's sketch
+    and one per (key, source) for min of inputs) and ``state_rows_removed``.
+
+    >>> query.lastProgress and kw.metrics(query.lastProgress)["keys_released"]  # doctest: +SKIP
+    """
+    if progress is None:
+        raise PySparkTypeError(message="metrics: expected a StreamingQueryProgress (or its JSON dict), got None")
+    out: Dict[str, Any] = {"batch_id": _field(progress, "batchId")}
+    observed = _field(progress, "observedMetrics") or {}
+    for name in (INPUT_METRICS, OUTPUT_METRICS):
+        if name in observed:
+            out.update(_row(observed[name]))
+    operators = _field(progress, "stateOperators") or []
+    keyed = [op for op in operators if _field(op, "operatorName") == "transformWithStateExec"]
+    if keyed:
+        out["state_rows"] = _field(keyed[0], "numRowsTotal")
+        out["state_rows_removed"] = _field(keyed[0], "numRowsRemoved")
+    return out
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _row(row: Any) -> Dict[str, Any]:
+    """A metrics row as a dict: a classic ``Row``, Spark Connect's ``Row(values=[...], schema=...)``
+    (the schema as a JSON dict or string, or a StructType), or a dict."""
+    if isinstance(row, Mapping):
+        return dict(row)
+    fields = getattr(row, "__fields__", None)
+    if fields is not None and set(fields) == {"values", "schema"}:
+        names = _names(row["schema"])
+        return dict(zip(names, row["values"]))
+    return row.asDict()
+
+
+def _names(schema: Any) -> list:
+    if hasattr(schema, "fieldNames"):
+        return list(schema.fieldNames())
+    if isinstance(schema, str):
+        schema = json.loads(schema)
+    return [f["name"] for f in schema["fields"]]
+
+
+__all__ = ["metrics"]
