@@ -49,6 +49,11 @@ class ModelResult:
     released: List[Tuple[int, Hashable]] = field(default_factory=list)
     # (batch, key, attempted regressions so far, wm_N(key)) per batch whose proposal was held
     held: List[Tuple[int, Hashable, int, Optional[int]]] = field(default_factory=list)
+    # per micro-batch, the keys it handled (rows, or windows closed by the floor: Spark's
+    # event-time timers) and what became of them: docs/semantics.md, "Per-batch metrics"
+    batch_keys: List["BatchKeys"] = field(default_factory=list)
+    # after the last batch, per key in state: docs/semantics.md, "Per-key state"
+    key_state: Dict[Hashable, "KeyRecord"] = field(default_factory=dict)
     batches: int = 0  # micro-batches Spark runs (with a trailing no-data batch, if any)
 
     def emitted_in_batch(self, batch: int) -> int:
@@ -65,6 +70,26 @@ class ModelResult:
 
     def open_rows(self) -> int:
         return sum(len(v) for v in self.open.values())
+
+
+@dataclass
+class BatchKeys:
+    handled: set = field(default_factory=set)
+    with_rows: set = field(default_factory=set)
+    new: set = field(default_factory=set)
+    released: set = field(default_factory=set)
+    open_windows: int = 0  # of the handled keys, after the batch
+    lags: List[int] = field(default_factory=list)  # E - wm(k) of the handled keys (with E)
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    watermark: Optional[int]
+    max_event_time: int
+    open_windows: int
+    earliest_window_start: Optional[int]
+    late_rows: int  # since the key has state
+    regressions: int  # since the key has state
 
 
 def window_start(t: int, size: int) -> int:
@@ -119,6 +144,7 @@ def run_model(
     max_time: Dict[Hashable, int] = {}  # key -> max event time seen (a key with state)
     held: Dict[Hashable, Optional[int]] = {}  # key -> held watermark (None: undefined)
     regressions: Dict[Hashable, int] = {}  # key -> attempted regressions since it has state
+    late_since: Dict[Hashable, int] = {}  # key -> late rows since it has state
     global_max_ms: Optional[int] = None
 
     def raise_to(key: Hashable, value: Optional[int]) -> None:
@@ -144,6 +170,7 @@ def run_model(
         wm_start = {k: held[k] for k in held}
         batch_max: Dict[Hashable, int] = {}
         updated = set()  # windows that got rows in this batch
+        info = BatchKeys()
         for key, t, value in batch:
             if t is not None:
                 ms = t // 1000
@@ -153,12 +180,14 @@ def run_model(
                 continue
             if key not in held and key not in wm_start:
                 wm_start[key] = floor
+                info.new.add(key)
             batch_max[key] = max(t, batch_max.get(key, t))
             w = wm_start.get(key)
             # The row goes into each of its windows that is still open; it is late only when
             # all of them are closed.
             open_starts = [s for s in window_starts(t, size, slide) if w is None or s + size + allowed > w]
             if not open_starts:
+                late_since[key] = late_since.get(key, 0) + 1
                 res.late[(n, key)] = res.late.get((n, key), 0) + 1
                 res.late_watermark[(n, key)] = w
                 res.late_rows.append((n, key, t, value))
@@ -183,18 +212,33 @@ def run_model(
                 res.emitted.append(Window(key, start, start + size, n, wm_start.get(key),
                                           tuple(res.open[(key, start)]), revision))
                 fired[(key, start)] = revision + 1
+                info.handled.add(key)  # a key without rows: by its event-time timer
             if w is not None and start + size + allowed <= w:
                 del res.open[(key, start)]
                 fired.pop((key, start), None)
+                info.handled.add(key)
+        info.with_rows = set(batch_max)
+        info.handled |= info.with_rows
         if max_skew is not None:
             with_windows = {k for k, _ in res.open}
             for key in [k for k in held if k not in with_windows]:
                 del held[key]
                 del max_time[key]
                 regressions.pop(key, None)
+                late_since.pop(key, None)
                 res.released.append((n, key))
+                info.released.add(key)
+        for key in info.handled - info.released:
+            info.open_windows += sum(1 for k, _ in res.open if k == key)
+            if e_ms is not None and held.get(key) is not None:
+                info.lags.append(e_ms * 1000 - held[key])
+        res.batch_keys.append(info)
         n += 1
     res.batches = n
+    for key in held:
+        starts = [st for k, st in res.open if k == key]
+        res.key_state[key] = KeyRecord(held[key], max_time[key], len(starts), min(starts) if starts else None,
+                                       late_since.get(key, 0), regressions.get(key, 0))
     return res
 
 

@@ -21,11 +21,10 @@ import math
 import random
 from typing import List
 
-import pytest
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_to_end
+from conftest import Replay
 from policy_model import Policy, run_policy_model
 from test_reference_model import ts
 

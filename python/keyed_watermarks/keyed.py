@@ -154,6 +154,7 @@ class KeyedWatermark:
         sources: Optional[Sequence[str]] = None,
         source_idle_timeout: Optional[Duration] = None,
         max_ahead: Optional[Duration] = None,
+        stuck_after: Optional[Duration] = None,
     ) -> None:
         if not isinstance(event_time, str) or not event_time:
             raise PySparkTypeError(message=f"event_time: expected a column name, got {event_time!r}")
@@ -206,6 +207,7 @@ class KeyedWatermark:
                 "sources": sources,
                 "source_idle_timeout": _duration("source_idle_timeout", source_idle_timeout),
                 "max_ahead": _duration("max_ahead", max_ahead),
+                "stuck_after": _duration("stuck_after", stuck_after),
             }
         )
         self._backend = backend(events)
@@ -296,6 +298,7 @@ def keyed_watermark(
     sources: Optional[Sequence[str]] = None,
     source_idle_timeout: Optional[Duration] = None,
     max_ahead: Optional[Duration] = None,
+    stuck_after: Optional[Duration] = None,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
@@ -325,6 +328,8 @@ def keyed_watermark(
     :param source_idle_timeout: a source silent this long stops holding its key back.
     :param max_ahead: rows whose event time is further ahead of the micro-batch's processing time
         are invalid (counted, never aggregated; default one day; ``"unbounded"`` turns it off).
+    :param stuck_after: the per-batch metric ``stuck_keys`` counts keys whose watermark trails
+        Spark's global watermark by more than this (default 10 minutes; see :func:`metrics`).
 
     Bad input (unknown column, non-timestamp event time, bad or negative duration, options
     that cannot be combined) raises before any query starts.
@@ -348,4 +353,5 @@ def keyed_watermark(
         sources=sources,
         source_idle_timeout=source_idle_timeout,
         max_ahead=max_ahead,
+        stuck_after=stuck_after,
     )

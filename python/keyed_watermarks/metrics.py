@@ -1,44 +1,69 @@
-"""Our per-batch counts from a streaming progress, the same on classic and Spark Connect.
-
-A classic session's ``progress.observedMetrics["keyed_watermarks_output"]`` is a Row of named
-counts; Spark Connect rebuilds the progress from its JSON, where an observed row is
-``{"values": [...], "schema": {...}}``, so the same lookup gets ``Row(values=..., schema=...)``.
-:func:`metrics` reads either (and the JSON dict of either) into one plain dict.
-"""
+"""Per-micro-batch counts of a keyed-watermark query, as a plain dict, from a progress report."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Dict, Mapping
 
 from pyspark.errors import PySparkTypeError
 
-#: The observations keyed-watermarks adds to a query (see docs/semantics.md).
-OBSERVATIONS = ("keyed_watermarks_input", "keyed_watermarks_output")
+INPUT_METRICS = "keyed_watermarks_input"
+OUTPUT_METRICS = "keyed_watermarks_output"
 
 
-def metrics(progress: Any) -> Dict[str, Dict[str, int]]:
-    """The keyed-watermarks counts of one micro-batch, e.g.
-    ``{"keyed_watermarks_output": {"windows_emitted": 2, "late_rows": 1, ...},
-    "keyed_watermarks_input": {"input_rows": 7, "null_key_rows": 0, ...}}``.
+def metrics(progress: Any) -> Dict[str, Any]:
+    """Our counts for one micro-batch (see docs/semantics.md, "Per-batch metrics").
 
-    ``progress`` is a ``StreamingQueryProgress`` (``query.lastProgress``,
-    ``query.recentProgress[i]``, a listener event's ``progress``) or its JSON as a dict, from a
-    classic or a Spark Connect session. Observations the batch did not report are absent.
+    ``progress`` is a ``StreamingQueryProgress`` (``query.lastProgress``, an element of
+    ``query.recentProgress`` or ``event.progress`` in a ``StreamingQueryListener``), of a classic
+    or a Spark Connect session, or its JSON as a dict (``json.loads(progress.json)``). The result
+    merges the observed metrics ``keyed_watermarks_input`` and ``keyed_watermarks_output`` (input
+    and invalid rows, windows emitted, late rows, keys in the batch, new and released keys, open
+    windows, watermark lag, stuck keys) with ``batch_id`` and, from Spark's state operator,
+    ``state_rows`` (rows in state: one per key, plus one per key for adaptive lateness's sketch
+    and one per (key, source) for min of inputs) and ``state_rows_removed``.
 
-    >>> kw.metrics(query.lastProgress)["keyed_watermarks_output"]["late_rows"]  # doctest: +SKIP
+    >>> query.lastProgress and kw.metrics(query.lastProgress)["keys_released"]  # doctest: +SKIP
     """
-    if not isinstance(progress, Mapping):
-        raise PySparkTypeError(
-            message=f"metrics expects a StreamingQueryProgress (query.lastProgress), got {type(progress).__name__}"
-        )
-    observed = progress.get("observedMetrics") or {}
-    return {name: _counts(observed[name]) for name in OBSERVATIONS if name in observed}
+    if progress is None:
+        raise PySparkTypeError(message="metrics: expected a StreamingQueryProgress (or its JSON dict), got None")
+    out: Dict[str, Any] = {"batch_id": _field(progress, "batchId")}
+    observed = _field(progress, "observedMetrics") or {}
+    for name in (INPUT_METRICS, OUTPUT_METRICS):
+        if name in observed:
+            out.update(_row(observed[name]))
+    operators = _field(progress, "stateOperators") or []
+    keyed = [op for op in operators if _field(op, "operatorName") == "transformWithStateExec"]
+    if keyed:
+        out["state_rows"] = _field(keyed[0], "numRowsTotal")
+        out["state_rows_removed"] = _field(keyed[0], "numRowsRemoved")
+    return out
 
 
-def _counts(row: Any) -> Dict[str, int]:
-    fields = row.asDict() if hasattr(row, "asDict") else dict(row)
-    schema = fields.get("schema")
-    if set(fields) == {"values", "schema"} and isinstance(schema, Mapping):
-        # Spark Connect: the row's values in its schema's field order.
-        return dict(zip((f["name"] for f in schema["fields"]), fields["values"]))
-    return fields
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _row(row: Any) -> Dict[str, Any]:
+    """A metrics row as a dict: a classic ``Row``, Spark Connect's ``Row(values=[...], schema=...)``
+    (the schema as a JSON dict or string, or a StructType), or a dict."""
+    if isinstance(row, Mapping):
+        return dict(row)
+    fields = getattr(row, "__fields__", None)
+    if fields is not None and set(fields) == {"values", "schema"}:
+        names = _names(row["schema"])
+        return dict(zip(names, row["values"]))
+    return row.asDict()
+
+
+def _names(schema: Any) -> list:
+    if hasattr(schema, "fieldNames"):
+        return list(schema.fieldNames())
+    if isinstance(schema, str):
+        schema = json.loads(schema)
+    return [f["name"] for f in schema["fields"]]
+
+
+__all__ = ["metrics"]

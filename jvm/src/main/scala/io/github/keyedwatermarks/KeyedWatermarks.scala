@@ -94,6 +94,13 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
   def withMaxAhead(maxAhead: String): KeyedWatermark =
     copy(spec.copy(maxAheadMicros = WatermarkPolicy.maxAhead(maxAhead)))
 
+  /**
+   * The per-batch metric `stuck_keys` counts the keys handled in a micro-batch whose watermark
+   * trails Spark's global watermark by more than `stuckAfter` (default 10 minutes).
+   */
+  def withStuckAfter(stuckAfter: String): KeyedWatermark =
+    copy(spec.copy(stuckAfterMicros = DurationOption.nonNegative("stuck_after", stuckAfter).micros))
+
   /** Every key uses Spark's global watermark (`withWatermark(eventTime, lateness)`). */
   def withGlobalClosing(): KeyedWatermark = copy(spec.copy(globalClosing = true))
 

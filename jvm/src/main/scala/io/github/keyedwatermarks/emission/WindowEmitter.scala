@@ -22,7 +22,9 @@ import io.github.keyedwatermarks.watermark.KeyWatermark
  *  - `kw_watermark`: the key's watermark at the start of the batch (null if undefined);
  *  - `kw_regressions`: on a "watermark" row (one per key and batch in which the watermark
  *    policy proposed a value below the held watermark): the key's attempted regressions so far;
- *  - when late rows are kept: `kw_late_row` (the original row, as a struct) and `kw_reason`.
+ *  - when late rows are kept: `kw_late_row` (the original row, as a struct) and `kw_reason`;
+ *  - internal: `kw_key_metrics` on one "key" row per key handled, for the per-batch metrics
+ *    (observed, then dropped with those rows: see [[WindowEmitter.KeyMetricsColumn]]).
  * The public `agg()` keeps only the window rows and drops the report columns.
  */
 final class WindowEmitter(
@@ -50,6 +52,7 @@ final class WindowEmitter(
       .add(WatermarkColumn, TimestampType, nullable = true)
       .add(RegressionsColumn, LongType, nullable = true)
     lateRowSchema.fold(base)(s => base.add(LateRowColumn, s, nullable = true).add(ReasonColumn, StringType, nullable = true))
+      .add(KeyMetricsColumn, KeyMetricsType, nullable = true)
   }
 
   /** The window rows of the output, with the result columns only, as groupBy().agg() types them. */
@@ -97,6 +100,18 @@ final class WindowEmitter(
     converter.toExternal(new GenericInternalRow(values))
   }
 
+  /**
+   * The key's state after a micro-batch (or timer) that handled it, for the per-batch metrics
+   * (internal: observed, then dropped; see [[KeyMetricsColumn]]).
+   */
+  def keyMetrics(key: InternalRow, flags: Int, openWindows: Int, watermark: Long, lag: Long): Row = {
+    val values = keyed(key, KeyKind, KeyWatermark.Undefined)
+    values(outputSchema.length - 1) =
+      InternalRow(flags, openWindows, if (watermark == KeyWatermark.Undefined) null else watermark,
+        if (lag == KeyWatermark.Undefined) null else lag)
+    converter.toExternal(new GenericInternalRow(values))
+  }
+
   /** One kept late row: its original columns, the key's watermark and why it is late. */
   def lateRow(key: InternalRow, original: InternalRow, watermark: Long): Row = {
     val values = keyed(key, LateRowKind, watermark)
@@ -139,10 +154,28 @@ object WindowEmitter {
   val RevisionColumn = "revision"
   val ReportColumns: Seq[String] =
     Seq(KindColumn, LateRowsColumn, WatermarkColumn, RegressionsColumn, LateRowColumn, ReasonColumn)
+
+  /**
+   * Internal, never in a result: on a "key" row (one per key the micro-batch handled, with rows
+   * or by a timer) the key's state after it, which the per-batch metrics observe: `flags` (1:
+   * had rows, 2: had no state before, 4: left state), `open_windows`, `watermark` (us) and
+   * `lag` (Spark's global watermark minus the key's, us; null without a global watermark).
+   */
+  val KeyMetricsColumn = "kw_key_metrics"
+  val KeyKindValue = "key"
+  val KeyMetricsType: StructType = new StructType()
+    .add("flags", IntegerType, nullable = false)
+    .add("open_windows", IntegerType, nullable = false)
+    .add("watermark", LongType, nullable = true)
+    .add("lag", LongType, nullable = true)
+  val HadRows = 1
+  val WasNew = 2
+  val Released = 4
   private val WindowKind = UTF8String.fromString("window")
   private val LateKind = UTF8String.fromString("late")
   private val LateRowKind = UTF8String.fromString("late_row")
   private val WatermarkKind = UTF8String.fromString("watermark")
+  private val KeyKind = UTF8String.fromString(KeyKindValue)
   private val LateReason = UTF8String.fromString(
     "all windows of the row end at or before its key's watermark at the start of the micro-batch")
 }

@@ -147,7 +147,19 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       if (update.regressed) Iterator.single(plan.emitter.heldWatermark(keyValues, update.record.regressions, update.atStart))
       else Iterator.empty
     scheduleTimer(batch, timerValues, batch.storedEventTimer)
-    out ++ held
+    out ++ held ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = true, timerValues))
+  }
+
+  /** The key's "key" row for the per-batch metrics (see WindowEmitter.KeyMetricsColumn). */
+  private def keyMetrics(keyValues: InternalRow, batch: KeyBatch, hadRows: Boolean, timerValues: TimerValues): Row = {
+    import WindowEmitter._
+    val flags = (if (hadRows) HadRows else 0) | (if (batch.existed) 0 else WasNew) | (if (batch.released) Released else 0)
+    // A key that left state has no watermark any more: it does not count in the lag.
+    val wm = if (batch.released) KeyWatermark.Undefined else batch.update.record.watermark
+    val global = globalWatermark(timerValues)
+    val lag = if (global == KeyWatermark.Undefined || wm == KeyWatermark.Undefined) KeyWatermark.Undefined
+      else KeyWatermark.saturatingMinus(global, wm)
+    plan.emitter.keyMetrics(keyValues, flags, if (batch.released) 0 else batch.windows.size, wm, lag)
   }
 
   /** Emits a kept late row per original row of a late partial. */
@@ -306,6 +318,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       if (forgotten(record, now)) {
         state.clear()
         getHandle.listTimers().foreach(t => getHandle.deleteTimer(t))
+        batch.released = true
       } else {
         // The windows just emitted are final: the watermark moves past them (so rows for them
         // are late from now on) and the key keeps only its record until it is forgotten.
@@ -314,7 +327,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
         batch.store(0L)
         scheduleTimer(batch, timerValues, None)
       }
-      return out.iterator
+      return out.iterator ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
     }
     val watermarkAtStart = update.atStart
     val watermarkNow = update.finish()
@@ -327,7 +340,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     batch.store(0L)
     // Spark deletes the expired timer after this call: nothing else is registered for the key.
     scheduleTimer(batch, timerValues, None)
-    out.iterator
+    out.iterator ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
   }
 
   /** idle_timeout: the key has been idle without open windows for idle_timeout (or idle for twice that). */

@@ -4,7 +4,7 @@ import org.apache.spark.sql.{Column, DataFrame, Encoders, functions => F}
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
 
 import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
-import io.github.keyedwatermarks.emission.WindowEmitter
+import io.github.keyedwatermarks.emission.{KeyMetrics, WindowEmitter}
 import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
 import io.github.keyedwatermarks.spec._
@@ -32,7 +32,8 @@ object KeyedPlanner {
     val p = prepare(events, spec)
     val out = operator(p)
     val all = observed(p.projected.invalidRows.fold(out)(invalid =>
-      out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))))
+      out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))),
+      spec.watermark.stuckAfterMicros)
     if (spec.aggregation.withReport) all else p.operatorPlan.emitter.windowsOnly(all)
   }
 
@@ -184,12 +185,21 @@ object KeyedPlanner {
       .toDF()
   }
 
-  /** The per-batch output counts, as observed metrics (`query.lastProgress.observedMetrics`). */
-  def observed(all: DataFrame): DataFrame =
-    all.observe(OutputMetrics,
-      F.count(F.when(all.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"),
+  /**
+   * The per-batch output counts, as observed metrics (`query.lastProgress.observedMetrics`),
+   * with the per-key metrics (keys in state, released, watermark lag) from the operator's "key"
+   * rows, which only feed the metrics and are dropped here.
+   */
+  def observed(all: DataFrame, stuckAfterMicros: Long): DataFrame = {
+    val metrics = Seq(
       F.coalesce(F.sum(all.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
-      F.count(F.when(all.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark"))
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark")) ++
+      KeyMetrics.columns(all, stuckAfterMicros)
+    val withMetrics = all.observe(OutputMetrics,
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"), metrics: _*)
+    withMetrics.where(withMetrics.col(WindowEmitter.KindColumn) =!= WindowEmitter.KeyKindValue)
+      .drop(WindowEmitter.KeyMetricsColumn)
+  }
 
   val RocksDbProvider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 

@@ -24,7 +24,7 @@ object QueryOptions {
 
   private val WatermarkOptions = Set("key", "event_time", "lateness", "idle_timeout", "key_lateness",
     "adaptive_lateness", "clock", "advance_when_idle", "max_skew", "closing", "sources", "source_idle_timeout",
-    "max_ahead")
+    "max_ahead", "stuck_after")
   private val QueryLevel = WatermarkOptions ++ Set("window", "session", "report", "keep_late_rows")
   private val ColumnOptions = Set("key_lateness", "source", "gap")
 
@@ -86,7 +86,9 @@ object QueryOptions {
       globalClosing = closing == "global",
       sources = sourceColumn.map(SourcesSpec(_, o.strings("sources").getOrElse(Nil),
         o.string("source_idle_timeout").map(DurationOption.positive("source_idle_timeout", _)))),
-      maxAheadMicros = o.string("max_ahead").fold(Option(WatermarkPolicy.DefaultMaxAheadMicros))(WatermarkPolicy.maxAhead))
+      maxAheadMicros = o.string("max_ahead").fold(Option(WatermarkPolicy.DefaultMaxAheadMicros))(WatermarkPolicy.maxAhead),
+      stuckAfterMicros = o.string("stuck_after").map(DurationOption.nonNegative("stuck_after", _).micros)
+        .getOrElse(WatermarkPolicy.DefaultStuckAfterMicros))
   }
 
   private def windows(o: Options): WindowSpec = (o.node("window"), o.node("session")) match {

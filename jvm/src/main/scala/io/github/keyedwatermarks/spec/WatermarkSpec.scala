@@ -25,7 +25,8 @@ final case class WatermarkSpec(
     maxSkew: SkewBound = DefaultSkew,
     globalClosing: Boolean = false,
     sources: Option[SourcesSpec] = None,
-    maxAheadMicros: Option[Long] = Some(WatermarkPolicy.DefaultMaxAheadMicros)) {
+    maxAheadMicros: Option[Long] = Some(WatermarkPolicy.DefaultMaxAheadMicros),
+    stuckAfterMicros: Long = WatermarkPolicy.DefaultStuckAfterMicros) {
 
   /** The engine's policy (what the operator reads on executors). */
   def policy: WatermarkPolicy = WatermarkPolicy(
@@ -37,7 +38,8 @@ final case class WatermarkSpec(
     maxSkew = maxSkew,
     globalClosing = globalClosing,
     sources = sources.map(s => SourcePolicy(s.expected.distinct, s.idleTimeout.map(_.millis))),
-    maxAheadMicros = maxAheadMicros)
+    maxAheadMicros = maxAheadMicros,
+    stuckAfterMicros = stuckAfterMicros)
 
   /**
    * Checks the options against `events` (columns exist, types fit) and against each other

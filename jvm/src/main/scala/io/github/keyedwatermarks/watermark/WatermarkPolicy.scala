@@ -21,6 +21,8 @@ package io.github.keyedwatermarks.watermark
  *                             processing time are invalid (None: no bound), so that a row from a
  *                             device whose clock says 9999 moves neither its key's watermark nor
  *                             Spark's global watermark
+ * @param stuckAfterMicros     the lag behind Spark's global watermark from which a key counts
+ *                             as stuck in the per-batch metrics
  */
 final case class WatermarkPolicy(
     latenessMicros: Long,
@@ -31,7 +33,8 @@ final case class WatermarkPolicy(
     maxSkew: SkewBound = DefaultSkew,
     globalClosing: Boolean = false,
     sources: Option[SourcePolicy] = None,
-    maxAheadMicros: Option[Long] = Some(WatermarkPolicy.DefaultMaxAheadMicros)) {
+    maxAheadMicros: Option[Long] = Some(WatermarkPolicy.DefaultMaxAheadMicros),
+    stuckAfterMicros: Long = WatermarkPolicy.DefaultStuckAfterMicros) {
 
   /**
    * The skew bound in force: the chosen one, or the default one where it can apply. Processing-
@@ -94,6 +97,9 @@ object WatermarkPolicy {
    * beyond clock offsets and time zones mixed up, far below a device clock reset to 2099.
    */
   val DefaultMaxAheadMicros: Long = 24L * 3600 * 1000 * 1000
+
+  /** A key whose watermark trails Spark's global watermark by more is "stuck" (a metric only). */
+  val DefaultStuckAfterMicros: Long = 10L * 60 * 1000 * 1000
 
   /** A duration string, or "unbounded" (None). */
   def maxAhead(text: String): Option[Long] =

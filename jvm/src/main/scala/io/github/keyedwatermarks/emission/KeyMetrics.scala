@@ -1,0 +1,45 @@
+package io.github.keyedwatermarks.emission
+
+import org.apache.spark.sql.{Column, DataFrame, functions => F}
+
+/**
+ * The per-batch key metrics in `observedMetrics["keyed_watermarks_output"]`, from the "key"
+ * rows the operator emits for every key a micro-batch handled (with rows, or by a timer; see
+ * [[WindowEmitter.KeyMetricsColumn]]). Spark's own `numRowsTotal` of the state operator gives
+ * the rows in state; these say what happened to the keys of the batch:
+ *  - `keys_in_batch`, `keys_with_data`, `keys_new` (no state before: first seen, or returning
+ *    after leaving state), `keys_released` (left state), `open_windows` (of those keys, after);
+ *  - `watermark_lag_{min,p50,p95,max}_s`: how far their watermarks trail Spark's global
+ *    watermark (the most advanced keys' watermark), in seconds, negative for a key ahead of it;
+ *    without a global watermark (max_skew="unbounded", processing-time policies) the highest
+ *    watermark among those keys stands in for it;
+ *  - `stuck_keys`: those trailing Spark's global watermark by more than `stuck_after` (null
+ *    without a global watermark).
+ * Percentiles are Spark's `percentile_approx` (accuracy 10000).
+ */
+object KeyMetrics {
+  def columns(all: DataFrame, stuckAfterMicros: Long): Seq[Column] = {
+    import WindowEmitter._
+    val isKey = all.col(KindColumn) === KeyKindValue
+    val m = all.col(KeyMetricsColumn)
+    def flagged(flag: Int) = F.count(F.when(isKey && m.getField("flags").bitwiseAND(flag) =!= 0, 1))
+    val lag = m.getField("lag")
+    val wm = m.getField("watermark")
+    def accuracy = F.lit(10000)
+    val lagAt = F.percentile_approx(lag, F.array(Seq(0.0, 0.5, 0.95, 1.0).map(F.lit): _*), accuracy)
+    // Without a global watermark: the highest watermark minus the (1 - q) quantile of them.
+    val wmAt = F.percentile_approx(wm, F.array(Seq(1.0, 0.5, 0.05, 0.0).map(F.lit): _*), accuracy)
+    def seconds(i: Int) = (F.coalesce(lagAt.getItem(i), F.max(wm) - wmAt.getItem(i)) / 1e6)
+    Seq(
+      F.count(F.when(isKey, 1)).as("keys_in_batch"),
+      flagged(HadRows).as("keys_with_data"),
+      flagged(WasNew).as("keys_new"),
+      flagged(Released).as("keys_released"),
+      F.coalesce(F.sum(m.getField("open_windows")), F.lit(0L)).as("open_windows"),
+      seconds(0).as("watermark_lag_min_s"),
+      seconds(1).as("watermark_lag_p50_s"),
+      seconds(2).as("watermark_lag_p95_s"),
+      seconds(3).as("watermark_lag_max_s"),
+      F.when(F.count(lag) > 0, F.count(F.when(lag > stuckAfterMicros, 1))).as("stuck_keys"))
+  }
+}
