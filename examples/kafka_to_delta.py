@@ -179,7 +179,11 @@ class ProgressPrinter(StreamingQueryListener):
         s = self.writer.stats.pop(p.batchId, None)
         if s is None:  # an idle progress report: no batch ran
             return
-        self.log(f"batch {p.batchId}: {p.numInputRows} rows from Kafka, "
+        # numInputRows counts each scan of the source; the keyed plan scans the topic twice
+        # (aggregation and invalid rows), so the row count comes from the operator's metric.
+        metrics = p.observedMetrics.get("keyed_watermarks_input")
+        rows = metrics["input_rows"] if metrics is not None else "?"
+        self.log(f"batch {p.batchId}: {rows} rows from Kafka, "
                  f"{s.get('windows', 0)} windows written ({s.get('keys', 0)} keys), "
                  f"{s.get('late', 0)} late rows and {s.get('invalid', 0)} invalid rows "
                  f"to the dead-letter table")
