@@ -1,23 +1,38 @@
 // keyed-watermarks: per-key event-time watermarks for Spark Structured Streaming.
-val sparkVersion = "4.3.0"
+//
+// One jar per Spark minor version, all built from the same sources (jvm/src/main/scala) plus a
+// small per-version shim folder (jvm/src/main/scala-spark-<minor>, package
+// io.github.keyedwatermarks.shims) holding what differs between Spark's internal APIs; the
+// layout Spark libraries such as Delta use. `./dev/sbt package` builds them all.
 
-// Spark 4.3.0 is compiled against as `provided`. Maven Central does not serve the 4.3.0 Spark
-// artifacts (only up to 4.2.0 resolve there), so the build takes the very same jars from the
-// pyspark==4.3.0 wheel that dev/setup installs into .venv (override with KW_SPARK_JARS).
+// The release, in one place: python/keyed_watermarks/VERSION (also read by python/pyproject.toml
+// and keyed_watermarks.__version__).
+ThisBuild / version := IO.read(file("python/keyed_watermarks/VERSION")).trim
+
+// The Spark lines (project/SparkLine.scala). 4.0-4.2 from Maven Central. Maven Central does not serve the 4.3.0 artifacts (only up to 4.2.0
+// resolve there), so 4.3 takes the very same jars from the pyspark==4.3.0 wheel that dev/setup
+// installs into .venv (override with KW_SPARK_JARS).
+lazy val sparkLines = Seq(
+  SparkLine("4.0", "4.0.1", fromPyspark = false),
+  SparkLine("4.1", "4.1.1", fromPyspark = false),
+  SparkLine("4.2", "4.2.0", fromPyspark = false),
+  SparkLine("4.3", "4.3.0", fromPyspark = true))
+// The line the Scala tests and JMH benchmarks run on (project `core`).
+lazy val mainLine = sparkLines.last
+
 lazy val sparkJars = settingKey[File]("directory holding Spark's jars (pyspark/jars)")
 
-def findSparkJars(base: File): File = {
+def findSparkJars(base: File, release: String): File = {
   val fromEnv = sys.env.get("KW_SPARK_JARS").map(file)
   val fromVenv = (base / ".venv" / "lib" * "python3*" / "site-packages" / "pyspark" / "jars").get.headOption
   val dir = fromEnv.orElse(fromVenv).getOrElse(
     sys.error("Spark jars not found: run dev/setup (creates .venv with pyspark) or set KW_SPARK_JARS"))
-  val expected = dir / s"spark-sql_2.13-$sparkVersion.jar"
-  if (!expected.exists()) sys.error(s"$dir has no spark-sql_2.13-$sparkVersion.jar; install pyspark==$sparkVersion")
+  val expected = dir / s"spark-sql_2.13-$release.jar"
+  if (!expected.exists()) sys.error(s"$dir has no spark-sql_2.13-$release.jar; install pyspark==$release")
   dir
 }
 
 ThisBuild / organization := "io.github.keyedwatermarks"
-ThisBuild / version := "0.1.0"
 ThisBuild / scalaVersion := "2.13.18"
 ThisBuild / javacOptions ++= Seq("--release", "17")
 ThisBuild / scalacOptions ++= Seq("-release", "17", "-deprecation", "-feature", "-Xlint:-unused,_")
@@ -44,20 +59,41 @@ lazy val sparkJavaOptions = Seq(
   "-Dio.netty.tryReflectionSetAccessible=true"
 )
 
-lazy val core = (project in file("jvm"))
-  .settings(
-    name := "keyed-watermarks",
-    libraryDependencies ++= Seq(
-      "org.scalatest" %% "scalatest" % "3.2.19" % Test
-    ),
-    sparkJars := findSparkJars((ThisBuild / baseDirectory).value),
-    // Provided: on the compile and test classpaths, never packaged.
-    Compile / unmanagedJars ++= (sparkJars.value * "*.jar").classpath,
-    Test / fork := true,
-    Test / javaOptions ++= sparkJavaOptions,
-    Test / parallelExecution := false,
-    Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
-  )
+/** Spark on the compile (and test) classpath, never packaged. */
+def sparkDependency(line: SparkLine): Seq[Setting[_]] =
+  if (line.fromPyspark) Seq(
+    sparkJars := findSparkJars((ThisBuild / baseDirectory).value, line.release),
+    Compile / unmanagedJars ++= (sparkJars.value * "*.jar").classpath)
+  else Seq(libraryDependencies += "org.apache.spark" %% "spark-sql" % line.release % Provided)
+
+/**
+ * The jar for one Spark line: jar keyed-watermarks-spark<minor>_2.13-<version>.jar. Every line
+ * shares jvm/ (sources, tests) with its own target folder; the Scala tests run on the main line
+ * only (the Python suite covers the others, see dev/test).
+ */
+def sparkProject(line: SparkLine): Project = {
+  val main = line == mainLine
+  Project(line.projectId(main), file("jvm"))
+    .settings(sparkDependency(line))
+    .settings(
+      name := s"keyed-watermarks-spark${line.minor}",
+      moduleName := name.value, // keep the dot: sbt would normalize it to spark4-1
+      target := baseDirectory.value / "target" / s"spark-${line.minor}",
+      Compile / unmanagedSourceDirectories +=
+        baseDirectory.value / "src" / "main" / s"scala-spark-${line.minor}",
+      libraryDependencies ++= (if (main) Seq("org.scalatest" %% "scalatest" % "3.2.19" % Test) else Nil),
+      Test / unmanagedSourceDirectories := (if (main) (Test / unmanagedSourceDirectories).value else Nil),
+      Test / fork := true,
+      Test / javaOptions ++= sparkJavaOptions,
+      Test / parallelExecution := false,
+      Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
+    )
+}
+
+lazy val core = sparkProject(mainLine)
+lazy val core40 = sparkProject(sparkLines(0))
+lazy val core41 = sparkProject(sparkLines(1))
+lazy val core42 = sparkProject(sparkLines(2))
 
 // JMH microbenchmarks of the JVM hot paths (benchmarks/jmh, see benchmarks/README.md):
 //   ./dev/sbt "jmh/Jmh/run -i 3 -wi 2 -f 1 -t 1"
@@ -70,12 +106,12 @@ lazy val jmh = (project in file("benchmarks/jmh"))
   .settings(
     name := "keyed-watermarks-jmh",
     publish / skip := true,
-    sparkJars := findSparkJars((ThisBuild / baseDirectory).value),
+    sparkJars := findSparkJars((ThisBuild / baseDirectory).value, mainLine.release),
     Compile / unmanagedJars ++= (sparkJars.value * "*.jar").classpath,
     Jmh / run / fork := true,
     Jmh / run / javaOptions ++= sparkJavaOptions
   )
 
 lazy val root = (project in file("."))
-  .aggregate(core)
-  .settings(publish / skip := true)
+  .aggregate(core, core40, core41, core42)
+  .settings(publish / skip := true, test := (core / Test / test).value)

@@ -24,6 +24,9 @@ from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
 
+# Every Spark line (dev/test runs these on 4.0, 4.1 and 4.2 too).
+pytestmark = pytest.mark.all_versions
+
 SCHEMA = "device STRING, site STRING, ts TIMESTAMP, temp DOUBLE, ts_str STRING"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
+import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
@@ -74,6 +75,7 @@ def test_late_rows_are_kept_and_every_row_is_accounted_for(spark, tmp_path_facto
     assert sum(r.n for r in results) + model.open_rows() + len(late) + len(invalid) == total
 
 
+@pytest.mark.all_versions
 def test_report_schema_and_split(spark, workdir):
     replay = Replay(spark, workdir)
     replay.add([("a", None, 1.0)])

@@ -205,6 +205,7 @@ def spark_examples(n: int):
     )
 
 
+@pytest.mark.all_versions
 @spark_examples(8)
 @given(
     batches=packed_streams(),
@@ -220,6 +221,7 @@ def test_operator_matches_reference_model(spark, tmp_path_factory, batches, late
     check_against_model(batches, model, rows, progress)
 
 
+@pytest.mark.all_versions
 @spark_examples(5)
 @given(
     batches=packed_streams(),
@@ -349,6 +351,7 @@ def per_row_gap(value) -> Optional[int]:
     return 10 * SECOND if value > 20 else 3 * SECOND if value >= 0 else 0
 
 
+@pytest.mark.all_versions
 @spark_examples(6)
 @given(batches=packed_streams(), lateness_s=st.sampled_from([0, 5]), gap_s=st.sampled_from([3, 10, None]),
        allowed_s=st.sampled_from([0, 0, 6]))

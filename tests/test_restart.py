@@ -69,6 +69,7 @@ def as_multiset(rows) -> Counter:
     return Counter(tuple(tuple(v) if isinstance(v, Row) else v for v in r) for r in rows)
 
 
+@pytest.mark.all_versions
 def test_restart_from_checkpoint_matches_uninterrupted_run(spark, workdir):
     batches = make_batches()
     spark_batches = [[(k, ts(t), v) for k, t, v in b] for b in batches]

@@ -196,7 +196,8 @@ def to_spark_rows(rows) -> List[tuple]:
 
 @pytest.mark.parametrize(
     "seed,aggs,path",
-    [(7, oracle_aggs, "on-heap"), (2024, oracle_aggs, "on-heap"), (7, fixed_width_aggs, "hash-aggregate")],
+    [(7, oracle_aggs, "on-heap"), (2024, oracle_aggs, "on-heap"),
+     pytest.param(7, fixed_width_aggs, "hash-aggregate", marks=pytest.mark.all_versions)],
     ids=["7-all", "2024-all", "7-hash-aggregate"],
 )
 def test_batch_oracle(spark, workdir, seed, aggs, path):
@@ -282,6 +283,7 @@ def test_batch_oracle(spark, workdir, seed, aggs, path):
     assert not mismatches, mismatches[:10]
 
 
+@pytest.mark.all_versions
 def test_result_schema_equals_spark(spark, tmp_path):
     events = spark.readStream.schema(ORACLE_SCHEMA).parquet(str(tmp_path))
     keyed = kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS).window(SIZE)
@@ -438,7 +440,7 @@ def compare_with_spark(spark, workdir, batches, keys: List[str], slide: Optional
 
 @pytest.mark.parametrize(
     "seed,jitter_us",
-    [(11, 0), (12, 4 * SEC)],
+    [(11, 0), pytest.param(12, 4 * SEC, marks=pytest.mark.all_versions)],
     ids=["in-order", "out-of-order-within-lateness"],
 )
 def test_single_key_matches_spark_streaming(spark, workdir, seed, jitter_us):
@@ -447,6 +449,7 @@ def test_single_key_matches_spark_streaming(spark, workdir, seed, jitter_us):
     assert len(out) >= 3
 
 
+@pytest.mark.all_versions
 def test_sliding_windows_match_spark_streaming(spark, workdir):
     # In order (jitter 0), so none of a row's sliding windows is late by either rule.
     keys = [("s1", "a"), ("s2", "b")]
@@ -462,7 +465,8 @@ def test_many_sliding_windows_per_row_match_spark_streaming(spark, workdir):
     assert len(out) >= 40
 
 
-@pytest.mark.parametrize("slide", [None, "5 seconds", "1 second"])
+@pytest.mark.parametrize("slide", [pytest.param(None, marks=pytest.mark.all_versions), "5 seconds",
+                                   pytest.param("1 second", marks=pytest.mark.all_versions)])
 def test_fixed_width_partials_match_spark_streaming(spark, workdir, slide):
     # Numeric aggregates only: the partials are Spark's HashAggregateExec's,
     # with a composite key and out-of-order rows (jitter) for tumbling windows.

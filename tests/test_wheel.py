@@ -1,8 +1,10 @@
-"""The wheel is self-contained: built from python/, it bundles the jar, and installed alone in a
-fresh virtual environment it runs a keyed query.
+"""The wheel is self-contained: built from python/, it bundles one jar per supported Spark
+minor version, and installed alone in a fresh virtual environment it picks the jar of the
+pyspark there and runs a keyed query. dev/test runs this module with every supported pyspark
+(the venv of each Spark line, see dev/venv).
 
-pyspark (about 400 MB) is not reinstalled: the fresh venv sees the project .venv's
-site-packages through a .pth file. A path added by a .pth line is put on sys.path without
+pyspark (about 400 MB) is not reinstalled: the fresh venv sees the site-packages of the venv
+running the tests (so its pyspark) through a .pth file. A path added by a .pth line is put on sys.path without
 processing the .pth files inside it, so the project's editable install of keyed_watermarks
 stays invisible and the import must come from the wheel (the subprocess checks this).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +23,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+# Every Spark line: dev/test runs this module in the venv of each.
+pytestmark = pytest.mark.all_versions
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON_DIR = ROOT / "python"
@@ -47,18 +53,26 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
-def test_wheel_bundles_the_jar(wheel):
+def test_wheel_bundles_a_jar_per_spark_line(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     jars = [n for n in names if n.startswith("keyed_watermarks/jars/") and n.endswith(".jar")]
-    assert len(jars) == 1, names
-    assert Path(jars[0]).name.startswith("keyed-watermarks_2.13-")
+    version = (PYTHON_DIR / "keyed_watermarks" / "VERSION").read_text().strip()
+    # One jar per supported Spark minor version, each named after it and the release.
+    lines = sorted(re.fullmatch(rf"keyed-watermarks-spark(\d+\.\d+)_2\.13-{re.escape(version)}\.jar",
+                                Path(j).name).group(1) for j in jars)
+    assert lines == ["4.0", "4.1", "4.2", "4.3"], jars
     assert "keyed_watermarks/py.typed" in names
-    for module in ("__init__", "_jvm", "keyed"):
+    for module in ("__init__", "_jvm", "_versions", "keyed"):
         assert f"keyed_watermarks/{module}.py" in names
-    # The bundled jar is the one the package ships (same bytes).
-    bundled = zipfile.ZipFile(wheel).read(jars[0])
-    local = (PYTHON_DIR / jars[0]).read_bytes()
-    assert bundled == local
+    # The bundled jars are the ones the package ships (same bytes).
+    for jar in jars:
+        assert zipfile.ZipFile(wheel).read(jar) == (PYTHON_DIR / jar).read_bytes(), jar
+    # Installable next to any supported pyspark; the version is the VERSION file's.
+    (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    fields = zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+    assert f"Version: {version}" in fields
+    requires = [f for f in fields if f.startswith("Requires-Dist: pyspark")]
+    assert requires in (["Requires-Dist: pyspark<4.4,>=4.0"], ["Requires-Dist: pyspark>=4.0,<4.4"]), requires
 
 
 _QUERY = textwrap.dedent(
@@ -69,9 +83,14 @@ _QUERY = textwrap.dedent(
     import keyed_watermarks as kw
     from pyspark.sql import SparkSession, functions as F
 
+    import pyspark
+
     venv = Path(sys.prefix).resolve()
     assert Path(kw.__file__).resolve().is_relative_to(venv), kw.__file__
     assert Path(kw.jar_path()).resolve().is_relative_to(venv), kw.jar_path()
+    # The jar of the installed pyspark's minor version ...
+    minor = ".".join(pyspark.__version__.split(".")[:2])
+    assert Path(kw.jar_path()).name.startswith(f"keyed-watermarks-spark{minor}_2.13-"), kw.jar_path()
 
     work = Path(sys.argv[1])
     spark = kw.configure(
@@ -81,6 +100,9 @@ _QUERY = textwrap.dedent(
         .config("spark.sql.session.timeZone", "UTC")
     ).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    # ... which is the JVM's Spark version, what jar_path() goes by once a session runs.
+    assert spark.version.startswith(minor + "."), (spark.version, minor)
+    assert Path(kw.jar_path()).name.startswith(f"keyed-watermarks-spark{minor}_2.13-"), kw.jar_path()
 
     # Two files, one micro-batch each (maxFilesPerTrigger=1, ordered by modification time).
     inp = work / "input"
@@ -123,7 +145,7 @@ def test_wheel_installs_and_runs_in_fresh_venv(wheel, tmp_path):
     purelib = _run(
         [str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
     ).stdout.strip()
-    # pyspark and py4j from the project .venv, without reinstalling them.
+    # pyspark and py4j from the venv running the tests, without reinstalling them.
     project_site = sysconfig.get_paths()["purelib"]
     (Path(purelib) / "zz_project_site_packages.pth").write_text(project_site + "\n")
     assert (Path(purelib) / "keyed_watermarks" / "jars").is_dir()

@@ -5,11 +5,15 @@
 >>> spark = kw.configure(SparkSession.builder.master("local[2]")).getOrCreate()  # doctest: +SKIP
 """
 
-from keyed_watermarks._jvm import configure, jar_path
-from keyed_watermarks.keyed import AdaptiveLateness, KeyedWatermark, KeyedWindow, keyed_watermark
-from keyed_watermarks.report import foreach_batch, split_report
+# An unsupported pyspark is refused here, before anything imports its modules or starts.
+from keyed_watermarks._versions import __version__, require_supported_pyspark
 
-__version__ = "0.1.0"
+require_supported_pyspark()
+
+from keyed_watermarks._jvm import configure, jar_path  # noqa: E402
+from keyed_watermarks.keyed import AdaptiveLateness, KeyedWatermark, KeyedWindow, keyed_watermark  # noqa: E402
+from keyed_watermarks.report import foreach_batch, split_report  # noqa: E402
+
 __all__ = [
     "configure",
     "jar_path",

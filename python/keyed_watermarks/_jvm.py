@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Optional
 
+import pyspark
 from pyspark.errors import PySparkRuntimeError, PySparkTypeError
 from pyspark.sql import DataFrame, SparkSession
+
+from keyed_watermarks import _versions
 
 _FACADE = "io.github.keyedwatermarks.KeyedWatermarks"
 ROCKSDB_PROVIDER = (
@@ -14,20 +17,17 @@ ROCKSDB_PROVIDER = (
 )
 
 
-def jar_path() -> str:
-    """Absolute path of the keyed-watermarks jar bundled in this package."""
-    jars_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jars")
-    jars = sorted(
-        f for f in os.listdir(jars_dir) if f.endswith(".jar")
-    ) if os.path.isdir(jars_dir) else []
-    if not jars:
-        raise PySparkRuntimeError(
-            message=(
-                f"no keyed-watermarks jar in {jars_dir}: build it with `dev/setup` "
-                "or install the keyed-watermarks wheel"
-            )
-        )
-    return os.path.join(jars_dir, jars[-1])
+def jar_path(spark_version: Optional[str] = None) -> str:
+    """Absolute path of the bundled keyed-watermarks jar built for a Spark version.
+
+    By default the version of the Spark this process runs: the JVM's own ``spark.version``
+    when a SparkContext is active (attached to an existing session), else the installed
+    ``pyspark.__version__``. Unsupported versions fail with a PySparkRuntimeError naming the
+    supported ones.
+    """
+    if spark_version is None:
+        spark_version = _versions.running_spark_version() or pyspark.__version__
+    return _versions.jar_for(spark_version)
 
 
 def is_connect(spark: Any) -> bool:
@@ -81,7 +81,9 @@ def _safe_jar_path() -> str:
 
 
 def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
-    """Adds the bundled jar and the RocksDB state store provider to a session builder.
+    """Adds the bundled jar for the running Spark and the RocksDB state store provider to a
+    session builder (the jar of the JVM's Spark if a SparkContext is already active, else
+    of the installed pyspark; see :func:`jar_path`).
 
     >>> from pyspark.sql import SparkSession
     >>> import keyed_watermarks as kw
@@ -93,9 +95,12 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
         )
     jar = jar_path()
     options = getattr(builder, "_options", {})
-    existing = [j for j in str(options.get("spark.jars", "")).split(",") if j]
-    if jar not in existing:
-        existing.append(jar)
+    # Another version's keyed-watermarks jar on the same classpath would shadow this one.
+    existing = [
+        j for j in str(options.get("spark.jars", "")).split(",")
+        if j and not _versions.is_bundled_jar_name(os.path.basename(j))
+    ]
+    existing.append(jar)
     return builder.config("spark.jars", ",".join(existing)).config(
         "spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER
     )

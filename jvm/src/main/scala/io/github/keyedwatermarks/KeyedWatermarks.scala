@@ -32,6 +32,7 @@ object KeyedWatermarks {
       eventTime: String,
       lateness: String,
       idleTimeout: Option[String] = None): KeyedWatermark = {
+    compat.SparkVersionCheck.requireBuiltForRunningSpark()
     val input = InputPlan.validate(events, keys, eventTime)
     val latenessMicros = nonNegative("lateness", lateness)
     val base = new KeyedWatermark(input, lateness, WatermarkPolicy(latenessMicros), None, None)
@@ -274,8 +275,8 @@ final class KeyedWindow private[keyedwatermarks] (
    * watermark passes the window's end (and again per late firing with allowed lateness).
    */
   def agg(aggs: Column*): DataFrame = {
-    val all = aggWithReport(aggs: _*)
-    all.where(all.col(WindowEmitter.KindColumn) === "window").drop(WindowEmitter.ReportColumns: _*)
+    val (all, emitter) = build(keepLateRows = false, aggs)
+    emitter.windowsOnly(all)
   }
 
   def aggWithReport(aggs: Column*): DataFrame = aggWithReport(keepLateRows = false, aggs: _*)
@@ -290,7 +291,9 @@ final class KeyedWindow private[keyedwatermarks] (
    * query can write results and late rows to two sinks. Kept rows travel through the shuffle
    * with the partials, so this costs throughput.
    */
-  def aggWithReport(keepLateRows: Boolean, aggs: Column*): DataFrame = {
+  def aggWithReport(keepLateRows: Boolean, aggs: Column*): DataFrame = build(keepLateRows, aggs)._1
+
+  private def build(keepLateRows: Boolean, aggs: Seq[Column]): (DataFrame, WindowEmitter) = {
     if (aggs.isEmpty) throw new IllegalArgumentException("agg: at least one aggregate column is required")
     val policy = watermark.policy
     // With max_skew / closing='global', Spark tracks its global watermark on the input; our
@@ -356,9 +359,9 @@ final class KeyedWindow private[keyedwatermarks] (
       .toDF()
     val all = projected.invalidRows.fold(out)(invalid => out.union(WindowEmitter.invalidRows(invalid, emitter,
       input.keys.map(resultSchema(_).name))))
-    all.observe(KeyedWatermarks.OutputMetrics,
+    (all.observe(KeyedWatermarks.OutputMetrics,
       F.count(F.when(all.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"),
       F.coalesce(F.sum(all.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
-      F.count(F.when(all.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark"))
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark")), emitter)
   }
 }

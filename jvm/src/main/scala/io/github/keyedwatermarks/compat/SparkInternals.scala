@@ -5,10 +5,12 @@ import java.util.concurrent.TimeUnit
 import org.apache.spark.sql.{DataFrame, Row}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.encoders.ExpressionEncoder
-import org.apache.spark.sql.catalyst.expressions.{Attribute, Cast}
-import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast}
+import org.apache.spark.sql.catalyst.expressions.objects.AssertNotNull
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.util.IntervalUtils
 import org.apache.spark.sql.classic
+import org.apache.spark.sql.keyedwatermarks.SparkBridge
 import org.apache.spark.sql.types.{CalendarIntervalType, DataType, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
@@ -57,6 +59,23 @@ private[keyedwatermarks] object SparkInternals {
    */
   def castsToCalendarInterval(dataType: DataType): Boolean =
     dataType == CalendarIntervalType || Cast.canCast(dataType, CalendarIntervalType)
+
+  /**
+   * `df` with the nullability of `schema` (the same columns, in order): a column `schema`
+   * declares non-null that `df` does not is wrapped in Spark's AssertNotNull (as
+   * `Dataset.as[T]` does for non-null fields), which fails clearly on a null rather than let
+   * the optimizer trust a false declaration.
+   */
+  def withNullability(df: DataFrame, schema: StructType): DataFrame = {
+    val plan = analyzedPlan(df)
+    require(plan.output.map(_.name) == schema.fieldNames.toSeq,
+      s"columns ${plan.output.map(_.name)} do not match ${schema.fieldNames.toSeq}")
+    val columns = plan.output.zip(schema.fields).map {
+      case (a, f) if a.nullable && !f.nullable => Alias(AssertNotNull(a), a.name)(explicitMetadata = Some(a.metadata))
+      case (a, _) => a
+    }
+    SparkBridge.ofRows(df.sparkSession, Project(columns, plan))
+  }
 
   /** Row <-> InternalRow converters, created lazily on executors (they hold generated code). */
   final class RowConverter(schema: StructType) extends Serializable {

@@ -6,6 +6,7 @@ import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, JoinedRow}
 import org.apache.spark.sql.types.{IntegerType, LongType, StringType, StructType, TimestampType}
 import org.apache.spark.unsafe.types.UTF8String
 
+import io.github.keyedwatermarks.compat.SparkInternals
 import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
 import io.github.keyedwatermarks.input
 import io.github.keyedwatermarks.watermark.KeyWatermark
@@ -35,14 +36,25 @@ final class WindowEmitter(
   val resultSchema: StructType =
     if (withRevision) aggregateSchema.add(RevisionColumn, IntegerType, nullable = false) else aggregateSchema
 
+  /**
+   * Report rows ("late", "watermark", ...) leave the result columns other than the keys null,
+   * so the output declares them nullable, also those groupBy().agg() declares non-null
+   * (`window`, `count`): Spark 4.0-4.2's row encoders fail a null in a non-null column
+   * (EXPRESSION_DECODING_FAILED on a null `window` struct; 4.3's let it through).
+   * [[windowsOnly]] gives the window rows their nullability back.
+   */
   val outputSchema: StructType = {
-    val base = resultSchema
+    val base = StructType(resultSchema.fields.map(_.copy(nullable = true)))
       .add(KindColumn, StringType, nullable = false)
       .add(LateRowsColumn, LongType, nullable = true)
       .add(WatermarkColumn, TimestampType, nullable = true)
       .add(RegressionsColumn, LongType, nullable = true)
     lateRowSchema.fold(base)(s => base.add(LateRowColumn, s, nullable = true).add(ReasonColumn, StringType, nullable = true))
   }
+
+  /** The window rows of the output, with the result columns only, as groupBy().agg() types them. */
+  def windowsOnly(output: DataFrame): DataFrame = SparkInternals.withNullability(
+    output.where(output.col(KindColumn) === "window").drop(ReportColumns: _*), resultSchema)
 
   private val reportWidth = outputSchema.length - resultSchema.length
   private val converter = new RowConverter(outputSchema)

@@ -1,0 +1,27 @@
+"""Adds up the test counts of dev/test's runs (pytest's JUnit XML per Spark line and the Scala
+tests' sbt log) and prints them per run and as one closing line: 'total: N passed, N failed'."""
+
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+reports = Path(sys.argv[1])
+passed = failed = skipped = 0
+for xml in sorted(reports.glob("spark-*.xml")):
+    suite = ET.parse(xml).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    n, f, e, s = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+    print(f"   pytest on Spark {xml.stem[len('spark-'):]}: {n - f - e - s} passed, {f + e} failed, {s} skipped")
+    passed, failed, skipped = passed + n - f - e - s, failed + f + e, skipped + s
+sbt = reports / "sbt.log"
+if sbt.exists():
+    m = re.findall(r"Tests: succeeded (\d+), failed (\d+), canceled (\d+), ignored (\d+)", sbt.read_text())
+    if m:
+        ok, bad, canceled, ignored = map(int, m[-1])
+        print(f"   Scala tests: {ok} passed, {bad} failed")
+        passed, failed, skipped = passed + ok, failed + bad, skipped + canceled + ignored
+    else:
+        print("   Scala tests: no summary in the sbt log (compilation or start-up failed)")
+        failed += 1
+print(f"total: {passed} passed, {failed} failed, {skipped} skipped")
