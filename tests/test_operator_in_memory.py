@@ -16,6 +16,7 @@ rows per (batch, key) with the key's watermark.
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -32,8 +33,8 @@ SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE"
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = "io.github.keyedwatermarks.testing.OperatorHarness"
 
-# Generated cases per rule (the end-to-end layer runs 5-8 each).
-CASES = 150
+# Generated cases per rule (the end-to-end layer runs 5-8 each); KW_IN_MEMORY_CASES overrides.
+CASES = int(os.environ.get("KW_IN_MEMORY_CASES", "150"))
 in_memory = settings(
     max_examples=CASES,
     deadline=None,
