@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
