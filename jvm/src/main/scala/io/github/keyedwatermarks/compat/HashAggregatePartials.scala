@@ -9,7 +9,7 @@ import org.apache.spark.sql.execution.aggregate.HashAggregateExec
 import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongType}
 
 import io.github.keyedwatermarks.input.{InvalidRows, ProjectedInput}
-import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, WindowAssigner}
+import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
 
 /**
  * The partial aggregation planned as Spark's own operators, when every payload field is
@@ -52,7 +52,7 @@ private[compat] object HashAggregatePartials {
     val valid = code.map(c => EqualTo(c, Literal(InvalidRows.Valid)))
     val lastStart: Expression = p.windows match {
       case _: SessionWindows => t
-      case w => Subtract(t, Pmod(t, Literal(w.slideMicros)))
+      case w @ (_: TumblingWindows | _: SlidingWindows) => Subtract(t, Pmod(t, Literal(w.slideMicros)))
     }
     def start(i: Int): Expression = {
       val s = if (i == 0) lastStart else Subtract(lastStart, Literal(i * p.windows.slideMicros))
@@ -70,7 +70,7 @@ private[compat] object HashAggregatePartials {
           child.output ++ Seq(startAttr, isLast), child)
         val inWindow = GreaterThan(Add(startAttr, Literal(w.sizeMicros)), t)
         (FilterExec(valid.fold[Expression](inWindow)(v => If(v, inWindow, isLast)), expand), Some(isLast))
-      case _ =>
+      case _: TumblingWindows | _: SessionWindows =>
         (ProjectExec(child.output :+ Alias(start(0), startAttr.name)(startAttr.exprId), child), None)
     }
     // Counted in its last window only, so that a row counts as late once (see OnHeapPartials).
