@@ -319,8 +319,8 @@ def test_kill9_while_producer_keeps_writing(delta_spark, tmp_path, broker):
     rng = random.Random(SEED + 1)
     run = Run(tmp_path / "live", broker, topic)
     kills, batch, producer = [], 1, None
-    for k in range(KILLS):
-        kills.append(run.run_until_crash(batch, rng.choice(PHASES), available_now=False))
+    for k, phase in enumerate(rng.sample(PHASES, KILLS)):  # every phase once, seeded order
+        kills.append(run.run_until_crash(batch, phase, available_now=False))
         if producer is not None:
             producer.join()
         # Next chunk, at 60x simulated time, written while the pipeline is down.
