@@ -85,6 +85,15 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
         return
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     futures[topic].result(timeout=60)
+    # Created is not yet served: wait until every partition has a leader.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(topic, timeout=30).topics[topic]
+        if meta.error is None and len(meta.partitions) == partitions and all(
+                p.leader >= 0 and p.error is None for p in meta.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"topic {topic!r} has no leader for every partition after 60 s")
 
 
 def produce(bootstrap: str, topic: str, msgs: Sequence[Message], speedup: float,

@@ -27,6 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import kafka_to_delta  # noqa: E402
 
+# Python workers (the mid-write barrier) run the same interpreter, with its pyarrow.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
 PHASES = ("before-results", "mid-results", "between-tables", "mid-dead-letter", "after-both")
 
 
