@@ -1,5 +1,5 @@
-"""Adds up the test counts of dev/test's runs (pytest's JUnit XML per Spark line and the Scala
-tests' sbt log) and prints them per run and as one closing line: 'total: N passed, N failed'."""
+"""Adds up the test counts of dev/test's runs (pytest's JUnit XML and the Scala tests' sbt log,
+per Spark line) and prints them per run and as one closing line: 'total: N passed, N failed'."""
 
 import re
 import sys
@@ -14,14 +14,14 @@ for xml in sorted(reports.glob("spark-*.xml")):
     n, f, e, s = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
     print(f"   pytest on Spark {xml.stem[len('spark-'):]}: {n - f - e - s} passed, {f + e} failed, {s} skipped")
     passed, failed, skipped = passed + n - f - e - s, failed + f + e, skipped + s
-sbt = reports / "sbt.log"
-if sbt.exists():
-    m = re.findall(r"Tests: succeeded (\d+), failed (\d+), canceled (\d+), ignored (\d+)", sbt.read_text())
+for log in sorted(reports.glob("sbt-*.log")):
+    line = log.stem[len("sbt-"):]
+    m = re.findall(r"Tests: succeeded (\d+), failed (\d+), canceled (\d+), ignored (\d+)", log.read_text())
     if m:
         ok, bad, canceled, ignored = map(int, m[-1])
-        print(f"   Scala tests: {ok} passed, {bad} failed")
+        print(f"   Scala tests on Spark {line}: {ok} passed, {bad} failed")
         passed, failed, skipped = passed + ok, failed + bad, skipped + canceled + ignored
     else:
-        print("   Scala tests: no summary in the sbt log (compilation or start-up failed)")
+        print(f"   Scala tests on Spark {line}: no summary in the sbt log (compilation or start-up failed)")
         failed += 1
 print(f"total: {passed} passed, {failed} failed, {skipped} skipped")

@@ -5,6 +5,7 @@ import java.sql.Timestamp
 import org.apache.spark.sql.Encoders
 import org.apache.spark.sql.execution.streaming.runtime.{MemoryStream, StreamingQueryWrapper}
 import org.apache.spark.sql.functions._
+import org.apache.spark.sql.kwtest.MemoryStreams
 
 import org.apache.spark.sql.execution.aggregate.HashAggregateExec
 
@@ -24,7 +25,7 @@ class HashAggregatePartialsSuite extends SparkSuite {
     "spark.buffer.pageSize" -> "1m")
 
   test("a full partial map falls back to sorting and every row still counts once, with Spark's values") {
-    val input = MemoryStream[Event](spark, 1)(Encoders.product[Event])
+    val input = MemoryStreams[Event](spark, 1)(Encoders.product[Event])
     // No skew bound: it would add a trailing no-data batch, whose execution has no partials.
     val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "5 seconds").withMaxSkew("unbounded").window("10 seconds")
       .agg(count(lit(1)).as("n"), sum("temp").as("s"), max("temp").as("hi"))

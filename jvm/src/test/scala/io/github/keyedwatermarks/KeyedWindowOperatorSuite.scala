@@ -5,7 +5,7 @@ import java.sql.Timestamp
 import org.apache.spark.sql.{Encoders, Row}
 import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
 import org.apache.spark.sql.functions._
-import org.apache.spark.sql.kwtest.ManualClockQuery
+import org.apache.spark.sql.kwtest.{ManualClockQuery, MemoryStreams}
 
 case class Event(device: String, ts: Timestamp, temp: Double)
 
@@ -88,7 +88,7 @@ class KeyedWindowOperatorSuite extends SparkSuite {
       .select("key.kw_key_0").collect().map(_.getString(0)).toSeq.sorted
 
   test("partials of one (key, window) from several input partitions merge to Spark's values") {
-    val input = MemoryStream[Event](spark, 3)(Encoders.product[Event])
+    val input = MemoryStreams[Event](spark, 3)(Encoders.product[Event])
     val aggs = Seq(count(lit(1)).as("n"), sum("temp").as("s"), max("temp").as("hi"),
       sort_array(collect_list("temp")).as("l"), percentile_approx(col("temp"), lit(0.5), lit(10000)).as("p50"))
     val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "2 seconds").window("10 seconds")
