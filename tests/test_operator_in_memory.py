@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HARNESS = "io.github.keyedwatermarks.testing.OperatorHarness"
 
 # Generated cases per rule (the end-to-end layer runs 5-8 each); KW_IN_MEMORY_CASES overrides.
-CASES = int(os.environ.get("KW_IN_MEMORY_CASES", "150"))
+CASES = int(os.environ.get("KW_IN_MEMORY_CASES", "100"))
 in_memory = settings(
     max_examples=CASES,
     deadline=None,
