@@ -84,7 +84,7 @@ def test_query_results_are_identical(classic, connect, name):
     # The scenario exercises something: windows in more than one batch, and metrics each batch.
     emitting = [b for b, rows in ours["rows"].items() if rows]
     assert len(emitting) >= 2, ours["rows"]
-    assert all("keyed_watermarks_output" in p["metrics"] for p in ours["progress"].values())
+    assert all("windows_emitted" in p["metrics"] for p in ours["progress"].values())
     if "kw_kind" in ours["columns"]:
         assert _report_rows(ours["rows"]), "the report scenarios have late or invalid rows"
 
@@ -95,7 +95,7 @@ def test_keep_late_rows_with_foreach_batch_is_identical(classic, connect):
     assert ours["results"] and ours["late_rows"]
     reasons = {r["kw_reason"] for r in ours["late_rows"]}
     assert len(reasons) >= 2, reasons  # late rows and invalid (null key / null event time) rows
-    late_in_metrics = sum(p["metrics"]["keyed_watermarks_output"]["late_rows"] for p in ours["progress"].values())
+    late_in_metrics = sum(p["metrics"]["late_rows"] for p in ours["progress"].values())
     assert late_in_metrics == sum(1 for r in ours["late_rows"] if r["kw_watermark"] is not None)
 
 
