@@ -32,7 +32,7 @@ LOG4J_VERSION = "2.24.3"  # the log4j-core that kafka_2.13 4.1.1 depends on
 DEFAULT_STATE_DIR = REPO / "build" / "kafka" / "state"
 STARTED_LINE = "Kafka Server started"
 
-POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+POM = f"""<project>
   <modelVersion>4.0.0</modelVersion>
   <groupId>local.keyed-watermarks</groupId><artifactId>kafka-broker</artifactId><version>0</version>
   <dependencies>
