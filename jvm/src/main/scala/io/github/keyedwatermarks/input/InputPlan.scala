@@ -75,14 +75,16 @@ object InputPlan {
   def withSparkWatermark(
       plan: InputPlan, lateness: String, maxAheadMicros: Option[Long], streaming: Boolean = true): InputPlan = {
     val events = maxAheadMicros match {
-      case None => plan.events.withWatermark(plan.eventTime, lateness)
+      case None => plan.events.withWatermark("`" + plan.eventTime.replace("`", "``") + "`", lateness)
       case Some(ahead) =>
         val ts = plan.eventTimeColumn
         // Dropped above the watermark node, which keeps tracking it: the user's columns stay as they were.
         plan.events.withColumn(WatermarkEventTime, F.when(tooFarAhead(ts, ahead), F.lit(null)).otherwise(ts))
           .withWatermark(WatermarkEventTime, lateness).drop(WatermarkEventTime)
     }
-    validate(events, plan.keys, plan.eventTime, streaming).copy(userColumns = plan.userColumns)
+    // The plan's names are Spark's resolved names ("a.b" for "`a.b`"): quoted again to resolve.
+    def quoted(name: String) = "`" + name.replace("`", "``") + "`"
+    validate(events, plan.keys.map(quoted), quoted(plan.eventTime), streaming).copy(userColumns = plan.userColumns)
   }
 }
 
