@@ -189,8 +189,9 @@ def alive_in_groups(groups) -> List[int]:
 
 
 def uncommitted_files(table: Path) -> List[str]:
-    """Data files with rows in a Delta table directory that no commit in its log adds (the
-    empty file Spark writes for an empty batch is never added, and is left out here)."""
+    """Data files with rows, or cut off mid-write, in a Delta table directory that no commit in
+    its log adds (the empty file Spark writes for an empty batch is never added, and is left out
+    here)."""
     import json
 
     import pyarrow.parquet as pq
@@ -202,7 +203,20 @@ def uncommitted_files(table: Path) -> List[str]:
             if "add" in action:
                 added.add(action["add"]["path"])
     return sorted(p.name for p in table.glob("*.parquet")
-                  if p.name not in added and pq.read_metadata(p).num_rows > 0)
+                  if p.name not in added and (truncated(p) or pq.read_metadata(p).num_rows > 0))
+
+
+def truncated(path: Path) -> bool:
+    """A file the kill -9 cut off mid-write (0 bytes, or no Parquet footer yet): a leftover no
+    commit can reference, counted with the uncommitted files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(path)
+        return False
+    except (pa.ArrowInvalid, OSError):
+        return True
 
 
 # -- checks ---------------------------------------------------------------------------------
