@@ -19,6 +19,16 @@ EVENT_SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE"
 _counter = itertools.count()
 
 
+def changelog_checkpointing() -> str:
+    """RocksDB changelog checkpointing for the session (env KW_CHANGELOG, ``on`` by default):
+    ./dev/test runs the main line's suite with it on and the other lines' with it off, so both
+    state-store write paths (a snapshot per batch, or a changelog between snapshots) are tested."""
+    value = os.environ.get("KW_CHANGELOG", "on")
+    if value not in ("on", "off"):
+        raise ValueError(f"KW_CHANGELOG: expected 'on' or 'off', got {value!r}")
+    return "true" if value == "on" else "false"
+
+
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
     builder = (
@@ -28,7 +38,7 @@ def spark() -> SparkSession:
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", changelog_checkpointing())
     )
     session = kw.configure(builder).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

@@ -4,7 +4,7 @@ import org.apache.spark.sql.{Column, DataFrame}
 
 import io.github.keyedwatermarks.planner.KeyedPlanner
 import io.github.keyedwatermarks.spec._
-import io.github.keyedwatermarks.watermark.{SkewBound, WatermarkPolicy}
+import io.github.keyedwatermarks.spec.{SkewBound, WatermarkSpec}
 
 /**
  * The Scala API: per-key watermarks over a streaming DataFrame, then windows, then aggregates.
@@ -56,7 +56,7 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
 
   /** Per-key lateness from a mapping of key value (as a string) to a duration string. */
   def withLatenessMapping(mapping: Map[String, String]): KeyedWatermark = copy(spec.copy(keyLateness =
-    KeyLateness.ByKey(mapping.map { case (k, d) => k -> DurationOption.nonNegative(s"key_lateness['$k']", d) })))
+      KeyLateness.ByKey(mapping.map { case (k, d) => k -> DurationOption.nonNegative(s"key_lateness['$k']", d) })))
 
   /**
    * Adaptive lateness: per key, the `quantile` of how far its rows trail the key's max event
@@ -68,7 +68,7 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
       max: String = "1 hour",
       relativeError: Double = 0.01): KeyedWatermark =
     copy(spec.copy(keyLateness = KeyLateness.Adaptive(quantile,
-      DurationOption("adaptive_lateness.min", min), DurationOption("adaptive_lateness.max", max), relativeError)))
+        DurationOption("adaptive_lateness.min", min), DurationOption("adaptive_lateness.max", max), relativeError)))
 
   /** `wm(k) = processing time - lateness` (the batch's processing time). */
   def withProcessingTime(): KeyedWatermark = copy(spec.copy(processingTimeClock = true))
@@ -92,7 +92,7 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
    * are invalid (default: one day; "unbounded" turns the guard off).
    */
   def withMaxAhead(maxAhead: String): KeyedWatermark =
-    copy(spec.copy(maxAheadMicros = WatermarkPolicy.maxAhead(maxAhead)))
+    copy(spec.copy(maxAheadMicros = WatermarkSpec.maxAhead(maxAhead)))
 
   /**
    * The per-batch metric `stuck_keys` counts the keys handled in a micro-batch whose watermark
@@ -111,7 +111,7 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
    */
   def withSources(source: Column, expected: Seq[String] = Nil, idleTimeout: Option[String] = None): KeyedWatermark =
     copy(spec.copy(sources = Some(SourcesSpec(source, expected,
-      idleTimeout.map(DurationOption.positive("source_idle_timeout", _))))))
+          idleTimeout.map(DurationOption.positive("source_idle_timeout", _))))))
 
   /**
    * Tumbling windows of `size` (a Spark duration string, e.g. "10 seconds"), or sliding windows
@@ -157,7 +157,8 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
 }
 
 /** Windows per key; `agg` builds the streaming result. */
-final class KeyedWindow private[keyedwatermarks] (events: DataFrame, watermark: WatermarkSpec, val windows: WindowSpec) {
+final class KeyedWindow private[keyedwatermarks] (events: DataFrame, watermark: WatermarkSpec,
+    val windows: WindowSpec) {
   windows.validate(events)
 
   /**
@@ -166,8 +167,9 @@ final class KeyedWindow private[keyedwatermarks] (events: DataFrame, watermark: 
    * lateness): one row per (key, window), emitted in the micro-batch in which the key's
    * watermark passes the window's end (and again per late firing with allowed lateness).
    */
-  def agg(aggs: Column*): DataFrame = KeyedPlanner.plan(events, KeyedQuerySpec(watermark, windows,
-    AggregationSpec(aggs)))
+  def agg(aggs: Column*): DataFrame = KeyedPlanner.plan(events,
+    KeyedQuerySpec(watermark, windows,
+      AggregationSpec(aggs)))
 
   /**
    * The result rows plus report rows: adds `kw_kind` ("window" or "late"), `kw_late_rows` and

@@ -56,7 +56,7 @@ class CatalystAggregationSuite extends SparkSuite {
       reference.schema.fieldNames.indices.drop(2).foreach { i =>
         (actual.get(i), exp.get(i)) match {
           case (a: Double, e: Double) => assert(math.abs(a - e) <= 1e-9 * math.max(1.0, math.abs(e)),
-            s"${reference.schema(i).name}: $a != $e")
+              s"${reference.schema(i).name}: $a != $e")
           case (a, e) => assert(a == e, s"${reference.schema(i).name}: $a != $e")
         }
       }
@@ -72,7 +72,7 @@ class CatalystAggregationSuite extends SparkSuite {
     val df = Seq(("a", 1.0)).toDF("device", "temp")
     val reference = df.groupBy($"device").agg(countDistinct("temp"))
     val e = intercept[IllegalArgumentException](CatalystAggregation.fromAnalyzedAggregate(
-      SparkInternals.analyzedPlan(reference), SparkInternals.output(df)))
+        SparkInternals.analyzedPlan(reference), SparkInternals.output(df)))
     assert(e.getMessage.contains("DISTINCT"))
   }
 }

@@ -27,8 +27,9 @@ class HashAggregatePartialsSuite extends SparkSuite {
   test("a full partial map falls back to sorting and every row still counts once, with Spark's values") {
     val input = MemoryStreams[Event](spark, 1)(Encoders.product[Event])
     // No skew bound: it would add a trailing no-data batch, whose execution has no partials.
-    val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "5 seconds").withMaxSkew("unbounded").window("10 seconds")
-      .agg(count(lit(1)).as("n"), sum("temp").as("s"), max("temp").as("hi"))
+    val out =
+      KeyedWatermarks(input.toDF(), Seq("device"), "ts", "5 seconds").withMaxSkew("unbounded").window("10 seconds")
+        .agg(count(lit(1)).as("n"), sum("temp").as("s"), max("temp").as("hi"))
     val keys = 150000
     // Per key: two rows in window [0, 10) and one at 30 s, which moves the key's watermark to
     // 25 s and closes [0, 10) in this batch: 300k (key, window)s in one partition. Each pass
@@ -54,7 +55,7 @@ class HashAggregatePartialsSuite extends SparkSuite {
       val wrong = rows.filterNot { r =>
         val i = r.getString(0).stripPrefix("device-").toInt
         r.getStruct(1).getTimestamp(0).getTime == 0L && r.getLong(2) == 2L &&
-          r.getDouble(3) == i + 1.0 && r.getDouble(4) == math.max(i.toDouble, 1.0)
+        r.getDouble(3) == i + 1.0 && r.getDouble(4) == math.max(i.toDouble, 1.0)
       }
       assert(wrong.isEmpty, wrong.take(5).mkString(", "))
     } finally query.stop()

@@ -2,15 +2,16 @@ package io.github.keyedwatermarks
 
 import org.scalatest.funsuite.AnyFunSuite
 
+import io.github.keyedwatermarks.spec.{DurationOption, SkewBound, SkewOf, Unbounded, WatermarkSpec}
 import io.github.keyedwatermarks.watermark._
 
-class KeyWatermarkSuite extends AnyFunSuite {
-  private val Undefined = KeyWatermark.Undefined
+class HeldWatermarkSuite extends AnyFunSuite {
+  private val Undefined = HeldWatermark.Undefined
 
-  private def fixed(lateness: Long) = new KeyWatermark(WatermarkPolicy(lateness), KeyWatermark.fresh(lateness))
+  private def fixed(lateness: Long) = new HeldWatermark(WatermarkPolicy(lateness), HeldWatermark.freshRecord(lateness))
 
   /** One batch of rows with the bounded-lateness proposal. */
-  private def batch(wm: KeyWatermark, lateness: Long, times: Long*): Long = {
+  private def batch(wm: HeldWatermark, lateness: Long, times: Long*): Long = {
     times.foreach(wm.observe)
     wm.advanceWithRows(wm.proposal(lateness), nowMs = 0L, globalWatermark = Undefined)
   }
@@ -24,9 +25,9 @@ class KeyWatermarkSuite extends AnyFunSuite {
   test("never moves backward; a lower proposal is held and counted") {
     val wm = fixed(5L)
     assert(batch(wm, 5L, 100L, 40L, 120L) == 115L)
-    assert(batch(wm, 5L, 7L, 119L) == 115L && wm.state.regressions == 0L, "a smaller max is no proposal below")
+    assert(batch(wm, 5L, 7L, 119L) == 115L && wm.record.regressions == 0L, "a smaller max is no proposal below")
     assert(batch(wm, 50L, 121L) == 115L, "a larger lateness would move it back: held")
-    assert(wm.state.regressions == 1L)
+    assert(wm.record.regressions == 1L)
   }
 
   test("zero lateness and extreme values saturate instead of overflowing") {
@@ -35,21 +36,22 @@ class KeyWatermarkSuite extends AnyFunSuite {
   }
 
   test("a window is closed when its end <= watermark, never while undefined") {
-    assert(!LateRowPolicy.isClosed(Long.MinValue + 1, Undefined))
-    assert(LateRowPolicy.isClosed(10L, 10L))
-    assert(!LateRowPolicy.isClosed(11L, 10L))
+    assert(!ClosedWindows.closedBy(Long.MinValue + 1, Undefined))
+    assert(ClosedWindows.closedBy(10L, 10L))
+    assert(!ClosedWindows.closedBy(11L, 10L))
   }
 
   test("processing-time watermark follows the batch clock, minus lateness") {
-    val policy = WatermarkPolicy(2000000L, processingTime = true)
-    val wm = new KeyWatermark(policy, KeyWatermark.fresh(2000000L))
+    val policy = WatermarkPolicy(2000000L, Proposal.ClockOnly, Seq(ProcessingTimeFloor(2000000L)))
+    val wm = new HeldWatermark(policy, HeldWatermark.freshRecord(2000000L))
     assert(wm.applyFloors(nowMs = 10000L, globalWatermark = Undefined) == 8000000L)
     assert(wm.applyFloors(nowMs = 9000L, globalWatermark = Undefined) == 8000000L, "a clock going back is held")
   }
 
   test("advance_when_idle: after the timeout the watermark follows the wall clock, keeping its lag") {
-    val policy = WatermarkPolicy(5000000L, idleTimeoutMillis = Some(10000L), advanceWhenIdle = true)
-    val wm = new KeyWatermark(policy, KeyWatermark.fresh(5000000L))
+    val policy =
+      WatermarkPolicy(5000000L, floors = Seq(IdleAdvanceFloor(10000L)), idle = Some(IdleRule.AdvanceWhenIdle(10000L)))
+    val wm = new HeldWatermark(policy, HeldWatermark.freshRecord(5000000L))
     wm.observe(100000000L)
     assert(wm.advanceWithRows(wm.proposal(5000000L), nowMs = 1000L, globalWatermark = Undefined) == 95000000L)
     assert(wm.applyFloors(nowMs = 11000L, globalWatermark = Undefined) == 95000000L, "not idle before the timeout")
@@ -57,32 +59,65 @@ class KeyWatermarkSuite extends AnyFunSuite {
   }
 
   test("max_skew holds a key at most that far behind the global watermark; global closing equals it") {
-    val skew = new KeyWatermark(WatermarkPolicy(0L, maxSkew = SkewOf(10L)), KeyWatermark.fresh(0L))
+    val skew = new HeldWatermark(WatermarkPolicy(0L, floors = Seq(SkewFloor(10L, 0L))), HeldWatermark.freshRecord(0L))
     skew.observe(5L)
     assert(skew.advanceWithRows(skew.proposal(0L), 0L, globalWatermark = 100L) == 90L)
-    val global = new KeyWatermark(WatermarkPolicy(0L, globalClosing = true), KeyWatermark.fresh(0L))
+    val global = new HeldWatermark(WatermarkPolicy(0L, Proposal.ClockOnly, Seq(GlobalWatermarkFloor)),
+      HeldWatermark.freshRecord(0L))
     assert(global.applyFloors(0L, globalWatermark = 77L) == 77L)
   }
 
   test("max_skew: a key with a larger lateness of its own may trail by that much more, never by less") {
-    val policy = WatermarkPolicy(5L, lateness = ColumnLateness, maxSkew = SkewOf(10L))
-    val slow = KeyWatermark.fresh(5L)
+    val policy = WatermarkPolicy(5L, Proposal.OwnRows(ColumnLateness), Seq(SkewFloor(10L, 5L)))
+    val slow = HeldWatermark.freshRecord(5L)
     slow.latenessMicros = 35L
-    assert(new KeyWatermark(policy, slow).applyFloors(0L, globalWatermark = 100L) == 100L - 10L - 30L)
-    val quick = KeyWatermark.fresh(5L)
+    assert(new HeldWatermark(policy, slow).applyFloors(0L, globalWatermark = 100L) == 100L - 10L - 30L)
+    val quick = HeldWatermark.freshRecord(5L)
     quick.latenessMicros = 1L
-    assert(new KeyWatermark(policy, quick).applyFloors(0L, globalWatermark = 100L) == 90L)
+    assert(new HeldWatermark(policy, quick).applyFloors(0L, globalWatermark = 100L) == 90L)
   }
 
+  private def spec(change: WatermarkSpec => WatermarkSpec = identity) =
+    change(WatermarkSpec(Seq("k"), "ts", DurationOption("lateness", "0 seconds")))
+
   test("the default skew bound: an hour, unless a processing-time policy or closing='global' is used") {
-    assert(WatermarkPolicy(0L).maxSkewMicros.contains(3600L * 1000 * 1000))
-    assert(WatermarkPolicy(0L, maxSkew = Unbounded).maxSkewMicros.isEmpty)
-    assert(WatermarkPolicy(0L, idleTimeoutMillis = Some(1000L)).maxSkewMicros.isEmpty)
-    assert(WatermarkPolicy(0L, processingTime = true).maxSkewMicros.isEmpty)
-    assert(WatermarkPolicy(0L, globalClosing = true).maxSkewMicros.isEmpty)
-    val explicit = intercept[IllegalArgumentException](
-      WatermarkPolicy(0L, idleTimeoutMillis = Some(1000L), maxSkew = SkewOf(1L)).validate())
-    assert(explicit.getMessage.contains("max_skew"))
+    val idle = Some(DurationOption("idle_timeout", "1 second"))
+    assert(spec().policy.maxSkewMicros.contains(3600L * 1000 * 1000))
+    assert(spec(_.copy(maxSkew = Unbounded)).policy.maxSkewMicros.isEmpty)
+    assert(spec(_.copy(idleTimeout = idle)).policy.maxSkewMicros.isEmpty)
+    assert(spec(_.copy(processingTimeClock = true)).policy.maxSkewMicros.isEmpty)
+    assert(spec(_.copy(globalClosing = true)).policy.maxSkewMicros.isEmpty)
     assert(SkewBound.parse("unbounded") == Unbounded && SkewBound.parse("2 seconds") == SkewOf(2000000L))
+  }
+
+  test("each option becomes its components; the time mode follows from the floors' clocks") {
+    val idle = Some(DurationOption("idle_timeout", "1 second"))
+    val emit = spec(_.copy(idleTimeout = idle)).policy
+    assert(emit.idle.contains(IdleRule.EmitWhenIdle(1000L)) && emit.floors.isEmpty)
+    assert(emit.usesProcessingTimers && !emit.usesGlobalWatermark && !emit.releasesKeysWithoutWindows)
+    val advance = spec(_.copy(idleTimeout = idle, advanceWhenIdle = true)).policy
+    assert(advance.idle.contains(IdleRule.AdvanceWhenIdle(1000L)) && advance.floors == Seq(IdleAdvanceFloor(1000L)))
+    assert(!advance.releasesKeysWithoutWindows, "an idle key's own wall-clock advance does not cover a returning key")
+    val global = spec(_.copy(globalClosing = true)).policy
+    assert(global.proposal == Proposal.ClockOnly && global.floors == Seq(GlobalWatermarkFloor))
+    assert(global.usesGlobalWatermark && !global.usesProcessingTimers && global.releasesKeysWithoutWindows)
+    val unbounded = spec(_.copy(maxSkew = Unbounded)).policy
+    assert(unbounded.floors.isEmpty && !unbounded.usesGlobalWatermark && !unbounded.releasesKeysWithoutWindows)
+  }
+
+  test("a floor's timer is when its clock lets the floor reach the threshold") {
+    val record = HeldWatermark.freshRecord(5000L)
+    val floors = Seq(ProcessingTimeFloor(2000L), GlobalWatermarkFloor, SkewFloor(10000L, 1000L))
+    // reaches(t) is the least clock value (ms) whose floor is >= t
+    for (floor <- floors; t <- Seq(-3001L, 0L, 1L, 999L, 1000L, 123456789L)) {
+      val at = floor.reaches(t, record).get
+      val clockMicros = (ms: Long) => ms * 1000L
+      def floorAt(ms: Long) = floor.clock match {
+        case ProcessingTimeClock => floor.floor(record, ms, Undefined)
+        case EventTimeClock => floor.floor(record, 0L, clockMicros(ms))
+      }
+      assert(floorAt(at) >= t, s"$floor at $at does not reach $t")
+      assert(floorAt(at - 1) < t, s"$floor reaches $t before $at")
+    }
   }
 }

@@ -16,7 +16,8 @@ class KeyedWindowOperatorSuite extends SparkSuite {
   private def ev(device: String, seconds: Long, temp: Double = 1.0) = Event(device, t(seconds), temp)
 
   /** (device, window start seconds, n, sum) of the window rows; (device, late) of late rows. */
-  private def windows(rows: Seq[Row]): Set[(String, Long, Long, Double)] = rows.filter(_.getAs[String]("kw_kind") == "window")
+  private def windows(
+      rows: Seq[Row]): Set[(String, Long, Long, Double)] = rows.filter(_.getAs[String]("kw_kind") == "window")
     .map(r => (r.getString(0), r.getStruct(1).getTimestamp(0).getTime / 1000, r.getLong(2), r.getDouble(3))).toSet
   private def late(rows: Seq[Row]): Map[String, Long] = rows.filter(_.getAs[String]("kw_kind") == "late")
     .groupBy(_.getString(0)).map { case (k, rs) => k -> rs.map(_.getAs[Long]("kw_late_rows")).sum }

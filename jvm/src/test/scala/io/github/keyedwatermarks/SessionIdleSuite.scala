@@ -44,8 +44,9 @@ class SessionIdleSuite extends SparkSuite {
       import spark2.implicits._
       val expected = Seq(ev(15, 1.0), ev(30, 2.0), ev(24, 4.0)).toDF()
         .groupBy($"device", session_window($"ts", "10 seconds")).agg(aggs.head, aggs.tail: _*).collect()
-        .map(r => (r.getStruct(1).getTimestamp(0).getTime / 1000, r.getStruct(1).getTimestamp(1).getTime / 1000,
-          r.getLong(2), r.getDouble(3))).toSeq
+        .map(r =>
+          (r.getStruct(1).getTimestamp(0).getTime / 1000, r.getStruct(1).getTimestamp(1).getTime / 1000,
+            r.getLong(2), r.getDouble(3))).toSeq
       assert(expected == Seq((15L, 40L, 3L, 7.0)))
     } finally q.stop()
   }

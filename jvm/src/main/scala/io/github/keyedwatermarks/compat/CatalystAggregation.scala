@@ -20,11 +20,12 @@ import org.apache.spark.sql.types.{StructField, StructType}
  *  - stored: the same layout with typed-imperative slots serialized to bytes; this is what
  *    goes to the state store and can be the right-hand side of merge().
  */
-final class CatalystAggregation private (
+private[keyedwatermarks] final class CatalystAggregation private (
     aggregateExpressions: Seq[AggregateExpression],
     inputAttributes: Seq[Attribute],
     groupingAttributes: Seq[Attribute],
-    resultExpressions: Seq[NamedExpression]) extends Serializable {
+    resultExpressions: Seq[NamedExpression])
+    extends Serializable {
 
   private val functions: Array[AggregateFunction] = {
     var offset = 0

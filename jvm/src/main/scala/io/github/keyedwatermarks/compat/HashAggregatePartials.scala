@@ -75,7 +75,9 @@ private[compat] object HashAggregatePartials {
     }
     // Counted in its last window only, so that a row counts as late once (see OnHeapPartials).
     val rows = Count(lastWindow.fold[Expression](Literal(1))(l => If(l, Literal(1), Literal(null, IntegerType))))
-    val maxima = Max(t) +: (column(PartialAggregation.Lateness).toSeq ++ column(PartialAggregation.RowSessionEnd).toSeq).map(Max(_))
+    val maxima =
+      Max(t) +: (column(PartialAggregation.Lateness).toSeq ++ column(PartialAggregation.RowSessionEnd).toSeq).map(
+        Max(_))
     val aggregates = p.aggregation.aggregateExpressionsOver(p.inputs).map(_.copy(mode = Partial)) ++
       (rows +: maxima).map(AggregateExpression(_, Partial, isDistinct = false))
     val grouping = p.keys :+ startAttr
@@ -104,13 +106,14 @@ private[compat] object HashAggregatePartials {
  * Turns Spark's partial aggregates into [[PartialAggregation]]'s output rows: payload bytes
  * (`payload` projected to an UnsafeRow), window start, row count, keys. Once per partial.
  */
-case class PartialPayloadExec(
+private[keyedwatermarks] case class PartialPayloadExec(
     keys: Seq[Attribute],
     payload: Seq[Expression],
     windowStart: Attribute,
     rows: Attribute,
     output: Seq[Attribute],
-    child: SparkPlan) extends KeyedPartialNode {
+    child: SparkPlan)
+    extends KeyedPartialNode {
 
   override protected def withNewChildInternal(newChild: SparkPlan): PartialPayloadExec = copy(child = newChild)
   override protected def path: String = "hash-aggregate"

@@ -43,7 +43,7 @@ import io.github.keyedwatermarks.window.WindowAssigner
  * reason, sentinel partials (window start `InvalidRows.sentinelStart(reason)`, the count in
  * `kw_rows`) that `InvalidRows.observe` counts and then drops.
  */
-object PartialAggregation {
+private[keyedwatermarks] object PartialAggregation {
   val Payload = "kw_payload"
   val WindowStart = "kw_window_start"
   val Rows = "kw_rows"
@@ -86,7 +86,8 @@ object PartialAggregation {
     val gap = inputs.find(_.name == RowSessionEnd)
     val policyOut = lateness.map(_ => AttributeReference(Lateness, LongType, nullable = false)()).toSeq ++
       gap.map(_ => AttributeReference(SessionEnd, LongType, nullable = false)()).toSeq ++
-      (if (keepEventTimes) Seq(AttributeReference(EventTimes, ArrayType(LongType, containsNull = false), nullable = false)())
+      (if (keepEventTimes)
+         Seq(AttributeReference(EventTimes, ArrayType(LongType, containsNull = false), nullable = false)())
        else Nil) ++ source.toSeq
     val payload = DataTypeUtils.fromAttributes(buffers ++ meta ++ policyOut ++ keptOut)
     val output = Seq(AttributeReference(Payload, BinaryType, nullable = false)()) ++
@@ -109,14 +110,14 @@ object PartialAggregation {
 }
 
 /** The partials (see [[PartialAggregation]]) and the schema of their payload. */
-final case class Partials(frame: DataFrame, payloadSchema: StructType)
+private[keyedwatermarks] final case class Partials(frame: DataFrame, payloadSchema: StructType)
 
 /** The watermark-policy inputs a partial carries: lateness column, event times, source. */
-final case class PolicyColumns(
+private[keyedwatermarks] final case class PolicyColumns(
     lateness: Option[Attribute], eventTimes: Boolean, source: Option[Attribute], gap: Option[Attribute])
 
 /** Logical node; `inputs` lists every column read so column pruning keeps them. */
-case class KeyedPartialAggregate(
+private[keyedwatermarks] case class KeyedPartialAggregate(
     keys: Seq[Attribute],
     eventTime: Attribute,
     keptRow: Option[Attribute],
@@ -126,7 +127,8 @@ case class KeyedPartialAggregate(
     inputs: Seq[Attribute],
     payload: StructType,
     output: Seq[Attribute],
-    child: LogicalPlan) extends UnaryNode {
+    child: LogicalPlan)
+    extends UnaryNode {
   override protected def withNewChildInternal(newChild: LogicalPlan): KeyedPartialAggregate = copy(child = newChild)
   override def producedAttributes: AttributeSet = AttributeSet(output.filterNot(keys.contains))
 
@@ -138,10 +140,11 @@ case class KeyedPartialAggregate(
    * for at most [[HashAggregatePartials.MaxWindowsPerRow]] windows per row.
    */
   def sparkHashAggregate: Boolean = keptRow.isEmpty && !policy.eventTimes && policy.source.isEmpty &&
-    Aggregate.supportsHashAggregate(DataTypeUtils.toAttributes(payload), keys) && HashAggregatePartials.supports(windows)
+    Aggregate.supportsHashAggregate(DataTypeUtils.toAttributes(payload), keys) && HashAggregatePartials.supports(
+      windows)
 }
 
-object KeyedPartialAggregateStrategy extends SparkStrategy {
+private[keyedwatermarks] object KeyedPartialAggregateStrategy extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case p: KeyedPartialAggregate if p.sparkHashAggregate => HashAggregatePartials.plan(p, planLater(p.child)) :: Nil
     case p: KeyedPartialAggregate =>
@@ -155,7 +158,7 @@ object KeyedPartialAggregateStrategy extends SparkStrategy {
  * What both physical forms of the partial aggregation show ([[KeyedPartialAggregateExec]],
  * [[PartialPayloadExec]]): the keys, the path taken and the number of partials.
  */
-trait KeyedPartialNode extends UnaryExecNode {
+private[keyedwatermarks] trait KeyedPartialNode extends UnaryExecNode {
   def keys: Seq[Attribute]
 
   /** The partial path: "on-heap" or "hash-aggregate". */
@@ -171,7 +174,7 @@ trait KeyedPartialNode extends UnaryExecNode {
     s"KeyedPartialAggregate keys=${keys.mkString("[", ", ", "]")} partials=$path"
 }
 
-case class KeyedPartialAggregateExec(
+private[keyedwatermarks] case class KeyedPartialAggregateExec(
     keys: Seq[Attribute],
     eventTime: Attribute,
     keptRow: Option[Attribute],
@@ -181,7 +184,8 @@ case class KeyedPartialAggregateExec(
     inputs: Seq[Attribute],
     payload: StructType,
     output: Seq[Attribute],
-    child: SparkPlan) extends KeyedPartialNode {
+    child: SparkPlan)
+    extends KeyedPartialNode {
 
   override protected def withNewChildInternal(newChild: SparkPlan): KeyedPartialAggregateExec = copy(child = newChild)
   override protected def path: String = "on-heap"
@@ -216,9 +220,10 @@ case class KeyedPartialAggregateExec(
           } else -1,
         // (keys..., window start[, source]): the source (min of inputs) is part of the grouping,
         // because the operator needs each source's max.
-        groupKey = (keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+
-          BoundReference(in.size, LongType, nullable = false)) ++
-          policyCols.source.map(s => BindReferences.bindReference[Expression](s, in)).toSeq)
+        groupKey =
+          (keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+
+            BoundReference(in.size, LongType, nullable = false)) ++
+            policyCols.source.map(s => BindReferences.bindReference[Expression](s, in)).toSeq)
       val invalid = new InvalidRowCounter(in.indexWhere(_.name == ProjectedInput.InvalidReasonCode))
       val out = new PartialOutput(payloadSchema, outAttrs, keyAttrs, agg, policyCols, kept.map(_.dataType))
       val partials = new OnHeapPartials(agg, assigner, columns, invalid, out)

@@ -46,14 +46,14 @@ private[keyedwatermarks] final class QuantileSketch private (private var summari
 
 private[keyedwatermarks] object QuantileSketch {
   val Schema: StructType = StructType(Seq(
-    StructField("sketch_count", LongType, nullable = false),
-    StructField("sketch_values", ArrayType(DoubleType, containsNull = false), nullable = false),
-    StructField("sketch_g", ArrayType(LongType, containsNull = false), nullable = false),
-    StructField("sketch_delta", ArrayType(LongType, containsNull = false), nullable = false)))
+      StructField("sketch_count", LongType, nullable = false),
+      StructField("sketch_values", ArrayType(DoubleType, containsNull = false), nullable = false),
+      StructField("sketch_g", ArrayType(LongType, containsNull = false), nullable = false),
+      StructField("sketch_delta", ArrayType(LongType, containsNull = false), nullable = false)))
 
   def empty(relativeError: Double): QuantileSketch =
     new QuantileSketch(new QuantileSummaries(QuantileSummaries.defaultCompressThreshold, relativeError,
-      Array.empty, 0L, true))
+        Array.empty, 0L, true))
 
   def fromRow(row: Row, relativeError: Double): QuantileSketch = {
     val values = row.getSeq[Double](1)
@@ -61,6 +61,6 @@ private[keyedwatermarks] object QuantileSketch {
     val delta = row.getSeq[Long](3)
     val sampled = values.indices.map(i => new QuantileSummaries.Stats(values(i), g(i), delta(i))).toArray
     new QuantileSketch(new QuantileSummaries(QuantileSummaries.defaultCompressThreshold, relativeError,
-      sampled, row.getLong(0), true))
+        sampled, row.getLong(0), true))
   }
 }

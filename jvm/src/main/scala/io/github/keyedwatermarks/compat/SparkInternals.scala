@@ -25,7 +25,7 @@ private[keyedwatermarks] object SparkInternals {
   def analyzedPlan(df: DataFrame): LogicalPlan = df match {
     case ds: classic.Dataset[_] => ds.queryExecution.analyzed
     case other => throw new IllegalArgumentException(
-      s"keyed-watermarks needs a classic Spark session (not Spark Connect); got ${other.getClass.getName}")
+        s"keyed-watermarks needs a classic Spark session (not Spark Connect); got ${other.getClass.getName}")
   }
 
   def output(df: DataFrame): Seq[Attribute] = analyzedPlan(df).output
@@ -39,10 +39,12 @@ private[keyedwatermarks] object SparkInternals {
     if (text == null || text.trim.isEmpty) {
       throw new IllegalArgumentException(s"$option: a duration is required, e.g. '10 seconds'")
     }
-    val interval = try IntervalUtils.stringToInterval(UTF8String.fromString(text)) catch {
-      case e: Exception => throw new IllegalArgumentException(
-        s"$option: '$text' is not a valid duration (use e.g. '10 seconds', '1 minute'): ${e.getMessage}")
-    }
+    val interval =
+      try IntervalUtils.stringToInterval(UTF8String.fromString(text))
+      catch {
+        case e: Exception => throw new IllegalArgumentException(
+            s"$option: '$text' is not a valid duration (use e.g. '10 seconds', '1 minute'): ${e.getMessage}")
+      }
     if (interval.months != 0) {
       throw new IllegalArgumentException(
         s"$option: '$text' uses months or years, which have no fixed length; use days or smaller units")

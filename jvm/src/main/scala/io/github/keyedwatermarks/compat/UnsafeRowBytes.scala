@@ -55,7 +55,8 @@ private[keyedwatermarks] object UnsafeRowBytes {
     def add(row: InternalRow): Unit = {
       val unsafe = project(row)
       val n = unsafe.getSizeInBytes
-      if (size + 8 + n > buffer.length) buffer = java.util.Arrays.copyOf(buffer, math.max(buffer.length * 2, size + 8 + n))
+      if (size + 8 + n > buffer.length)
+        buffer = java.util.Arrays.copyOf(buffer, math.max(buffer.length * 2, size + 8 + n))
       Platform.putLong(buffer, Platform.BYTE_ARRAY_OFFSET + size, n.toLong)
       unsafe.writeToMemory(buffer, Platform.BYTE_ARRAY_OFFSET + size + 8)
       size += 8 + n

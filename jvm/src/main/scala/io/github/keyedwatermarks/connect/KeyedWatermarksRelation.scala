@@ -56,12 +56,12 @@ object KeyedWatermarksRelation {
         case ColumnsField => columns += mapEntry(in.readBytes())
         case AggregatesField => aggregates += proto.Expression.parseFrom(in.readBytes())
         case StepField => step = in.readEnum() match {
-          case 0 => Plan
-          case 1 => ValidateWatermark
-          case 2 => ValidateWindows
-          case other => throw new IllegalArgumentException(
-            s"$TypeName: unknown step $other (a newer client than this server's keyed-watermarks jar?)")
-        }
+            case 0 => Plan
+            case 1 => ValidateWatermark
+            case 2 => ValidateWindows
+            case other => throw new IllegalArgumentException(
+                s"$TypeName: unknown step $other (a newer client than this server's keyed-watermarks jar?)")
+          }
         case _ => in.skipField(tag) // proto3: fields a newer client adds are ignored
       }
       tag = in.readTag()

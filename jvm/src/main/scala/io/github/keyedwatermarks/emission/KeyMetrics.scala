@@ -17,7 +17,7 @@ import org.apache.spark.sql.{Column, DataFrame, functions => F}
  *    without a global watermark).
  * Percentiles are Spark's `percentile_approx` (accuracy 10000).
  */
-object KeyMetrics {
+private[keyedwatermarks] object KeyMetrics {
   def columns(all: DataFrame, stuckAfterMicros: Long): Seq[Column] = {
     import WindowEmitter._
     val isKey = all.col(KindColumn) === KeyKindValue

@@ -9,7 +9,7 @@ import org.apache.spark.unsafe.types.UTF8String
 import io.github.keyedwatermarks.compat.SparkInternals
 import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
 import io.github.keyedwatermarks.input
-import io.github.keyedwatermarks.watermark.KeyWatermark
+import io.github.keyedwatermarks.watermark.HeldWatermark
 
 /**
  * Builds the operator's output rows: the result columns (exactly those of
@@ -27,11 +27,12 @@ import io.github.keyedwatermarks.watermark.KeyWatermark
  *    (observed, then dropped with those rows: see [[WindowEmitter.KeyMetricsColumn]]).
  * The public `agg()` keeps only the window rows and drops the report columns.
  */
-final class WindowEmitter(
+private[keyedwatermarks] final class WindowEmitter(
     aggregateSchema: StructType,
     keyOrdinalsInResult: Array[Int],
     lateRowSchema: Option[StructType],
-    withRevision: Boolean) extends Serializable {
+    withRevision: Boolean)
+    extends Serializable {
   import WindowEmitter._
 
   /** The result columns: those of groupBy().agg(), plus `revision` with allowed lateness. */
@@ -51,7 +52,8 @@ final class WindowEmitter(
       .add(LateRowsColumn, LongType, nullable = true)
       .add(WatermarkColumn, TimestampType, nullable = true)
       .add(RegressionsColumn, LongType, nullable = true)
-    lateRowSchema.fold(base)(s => base.add(LateRowColumn, s, nullable = true).add(ReasonColumn, StringType, nullable = true))
+    lateRowSchema.fold(base)(s =>
+      base.add(LateRowColumn, s, nullable = true).add(ReasonColumn, StringType, nullable = true))
       .add(KeyMetricsColumn, KeyMetricsType, nullable = true)
   }
 
@@ -63,7 +65,7 @@ final class WindowEmitter(
   private val converter = new RowConverter(outputSchema)
   @transient private lazy val joined = new JoinedRow
 
-  private def watermarkValue(wm: Long): Any = if (wm == KeyWatermark.Undefined) null else wm
+  private def watermarkValue(wm: Long): Any = if (wm == HeldWatermark.Undefined) null else wm
 
   /** An emitted window: `result` has the groupBy().agg() columns; `revision` counts firings. */
   def window(result: InternalRow, revision: Int, watermark: Long): Row = {
@@ -105,10 +107,10 @@ final class WindowEmitter(
    * (internal: observed, then dropped; see [[KeyMetricsColumn]]).
    */
   def keyMetrics(key: InternalRow, flags: Int, openWindows: Int, watermark: Long, lag: Long): Row = {
-    val values = keyed(key, KeyKind, KeyWatermark.Undefined)
+    val values = keyed(key, KeyKind, HeldWatermark.Undefined)
     values(outputSchema.length - 1) =
-      InternalRow(flags, openWindows, if (watermark == KeyWatermark.Undefined) null else watermark,
-        if (lag == KeyWatermark.Undefined) null else lag)
+      InternalRow(flags, openWindows, if (watermark == HeldWatermark.Undefined) null else watermark,
+        if (lag == HeldWatermark.Undefined) null else lag)
     converter.toExternal(new GenericInternalRow(values))
   }
 
@@ -121,7 +123,7 @@ final class WindowEmitter(
   }
 }
 
-object WindowEmitter {
+private[keyedwatermarks] object WindowEmitter {
   /**
    * Kept invalid rows (null key, null event time, null source) as report rows of the output
    * schema: `kw_kind = 'invalid_row'`, the key columns, `kw_late_row` and `kw_reason`. They
@@ -134,11 +136,11 @@ object WindowEmitter {
       val c = keyIndex.get(f.name) match {
         case Some(i) => invalid.col(input.ProjectedInput.keyColumnName(i))
         case None => f.name match {
-          case KindColumn => F.lit("invalid_row")
-          case LateRowColumn => invalid.col(input.ProjectedInput.OriginalRow)
-          case ReasonColumn => invalid.col(input.ProjectedInput.InvalidReason)
-          case _ => F.lit(null)
-        }
+            case KindColumn => F.lit("invalid_row")
+            case LateRowColumn => invalid.col(input.ProjectedInput.OriginalRow)
+            case ReasonColumn => invalid.col(input.ProjectedInput.InvalidReason)
+            case _ => F.lit(null)
+          }
       }
       c.cast(f.dataType).as(f.name)
     }

@@ -8,7 +8,7 @@ import org.apache.spark.sql.types.{CalendarIntervalType, DayTimeIntervalType, St
  * SECOND interval or a calendar interval, turned into microseconds with Catalyst's own interval
  * arithmetic (epoch + interval), so no parsing is re-implemented here.
  */
-object DurationColumn {
+private[keyedwatermarks] object DurationColumn {
   /** The value of an unparsable duration (any negative value is invalid too). */
   val Invalid: Long = -1L
 
@@ -29,8 +29,8 @@ object DurationColumn {
           .otherwise(F.coalesce(F.unix_micros(epoch + column.try_cast("interval")), F.lit(Invalid)))
       case CalendarIntervalType | _: DayTimeIntervalType => F.unix_micros(epoch + column)
       case other => throw new IllegalArgumentException(
-        s"$option: the column must hold durations (a string such as '5 minutes', or an INTERVAL DAY TO SECOND), " +
-          s"but it is ${other.sql}")
+          s"$option: the column must hold durations (a string such as '5 minutes', or an INTERVAL DAY TO SECOND), " +
+            s"but it is ${other.sql}")
     }
   }
 }

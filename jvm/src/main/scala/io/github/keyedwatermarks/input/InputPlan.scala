@@ -12,7 +12,7 @@ import io.github.keyedwatermarks.compat.SparkInternals
  * get an invalid-reason code here (see InvalidRows); the partial aggregation counts them
  * (observed metrics) and never aggregates them.
  */
-final case class InputPlan(
+private[keyedwatermarks] final case class InputPlan(
     events: DataFrame,
     keys: Seq[String],
     eventTime: String,
@@ -21,7 +21,7 @@ final case class InputPlan(
     /** The user's columns (what a kept late or invalid row holds). */
     userColumns: Seq[String])
 
-object InputPlan {
+private[keyedwatermarks] object InputPlan {
   /** Name of the internal event-time column (microseconds since the epoch). */
   val EventTimeMicros = "__kw_event_time_us"
   val InputMetrics = "keyed_watermarks_input"
@@ -34,8 +34,10 @@ object InputPlan {
         "for a batch DataFrame use groupBy(key, window(...)).agg(...)")
     if (keys == null || keys.isEmpty) throw new IllegalArgumentException("key: at least one key column is required")
     keys.foreach(k => if (k == null || k.isEmpty) throw new IllegalArgumentException("key: empty column name"))
-    if (keys.distinct.size != keys.size) throw new IllegalArgumentException(s"key: duplicate columns in ${keys.mkString(", ")}")
-    if (eventTime == null || eventTime.isEmpty) throw new IllegalArgumentException("event_time: a column name is required")
+    if (keys.distinct.size != keys.size)
+      throw new IllegalArgumentException(s"key: duplicate columns in ${keys.mkString(", ")}")
+    if (eventTime == null || eventTime.isEmpty)
+      throw new IllegalArgumentException("event_time: a column name is required")
     // events.col resolves each name now, so an unknown column fails here with Spark's own
     // AnalysisException (UNRESOLVED_COLUMN), before any query starts.
     val keyColumns = keys.map(events.col)
@@ -93,12 +95,12 @@ object InputPlan {
  * policy's columns, the invalid-reason code and, when late rows are kept, the whole original
  * row as a struct (last column).
  */
-final case class ProjectedInput(
+private[keyedwatermarks] final case class ProjectedInput(
     frame: DataFrame,
     keySchema: StructType,
     invalidRows: Option[DataFrame])
 
-object ProjectedInput {
+private[keyedwatermarks] object ProjectedInput {
   /** Key columns are renamed to Avro-safe names: they become the state store's key schema. */
   def keyColumnName(i: Int): String = s"kw_key_$i"
 
@@ -150,12 +152,13 @@ object ProjectedInput {
     val projected = plan.events.select((columns :+ reason.as(InvalidReasonCode)) ++ original: _*)
     val keySchema = StructType(projected.schema.take(plan.keys.size))
     // Kept rows: the invalid ones too, with the reason, so nothing leaves the query unseen.
-    val invalid = if (!keepRows) None else {
+    val invalid = if (!keepRows) None
+    else {
       val coded = plan.events.select((keyColumns :+ reason.as(InvalidReasonCode)) ++ original: _*)
       val code = coded.col(InvalidReasonCode)
       Some(coded.where(code =!= InvalidRows.Valid)
-        .select(plan.keys.indices.map(i => coded.col(keyColumnName(i))) ++ Seq(
-          InvalidRows.describe(code).as(InvalidReason), coded.col(OriginalRow)): _*))
+          .select(plan.keys.indices.map(i => coded.col(keyColumnName(i))) ++ Seq(
+              InvalidRows.describe(code).as(InvalidReason), coded.col(OriginalRow)): _*))
     }
     ProjectedInput(projected, keySchema, invalid)
   }

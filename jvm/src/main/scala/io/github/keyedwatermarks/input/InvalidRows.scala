@@ -17,7 +17,7 @@ import org.apache.spark.sql.{Column, DataFrame, functions => F}
  * such rows. [[observe]] then sums row counts over partials (a few
  * thousand per batch instead of every row) and drops the sentinels before the shuffle.
  */
-object InvalidRows {
+private[keyedwatermarks] object InvalidRows {
   val Valid = 0
   val NullKey = 1
   val NullEventTime = 2

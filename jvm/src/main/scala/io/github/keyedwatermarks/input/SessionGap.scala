@@ -10,7 +10,7 @@ import io.github.keyedwatermarks.compat.SparkInternals
  * "1 day" gap across a daylight-saving change or a "1 month" gap ends exactly where Spark's
  * session ends (a fixed number of microseconds per gap would not).
  */
-object SessionGap {
+private[keyedwatermarks] object SessionGap {
 
   /**
    * The end in microseconds since the epoch (null when the gap is null or not a duration).

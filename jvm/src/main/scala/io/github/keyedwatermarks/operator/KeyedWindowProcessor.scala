@@ -12,11 +12,13 @@ import io.github.keyedwatermarks.compat.{CatalystAggregation, UnsafeRowBytes}
 import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
 import io.github.keyedwatermarks.emission.WindowEmitter
 import io.github.keyedwatermarks.state.KeyState
-import io.github.keyedwatermarks.watermark.{KeyWatermark, KeyWatermarkState, LateRowPolicy, WatermarkPolicy}
+import io.github.keyedwatermarks.watermark.{
+  ClosedWindows, EventTimeClock, HeldWatermark, KeyRecord, ProcessingTimeClock, WatermarkPolicy
+}
 import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
 
 /** Everything the operator needs, fixed when the query is defined (serialized to executors). */
-final case class OperatorPlan(
+private[keyedwatermarks] final case class OperatorPlan(
     keySchema: StructType,
     /** Schema of a partial's payload (see compat.PartialAggregation). */
     payloadSchema: StructType,
@@ -39,7 +41,7 @@ final case class OperatorPlan(
  *     passed is emitted once and evicted; the others are merged into the state store.
  * Timers (only for policies that follow a clock) close windows of keys that receive no rows.
  */
-final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[Row, Row, Row] {
+private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[Row, Row, Row] {
 
   @transient private var state: KeyState = _
   @transient private lazy val keys = new RowConverter(plan.keySchema)
@@ -49,13 +51,17 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
   private val revisionOrdinal = agg.bufferSchema.length
   private def agg = plan.aggregation
   private def policy = plan.policy
+  // The floors by the clock of their timers (event time: Spark's global watermark).
+  private val eventTimeFloors = plan.policy.floors.filter(_.clock == EventTimeClock)
+  private val processingTimeFloors = plan.policy.floors.filter(_.clock == ProcessingTimeClock)
 
   // A window is due (fires revision 0) when the key's watermark passes its end, and expires
   // (leaves state; its rows become late) when the watermark passes end + allowed lateness.
-  private def due(window: OpenWindow, wm: Long) = LateRowPolicy.isClosed(window.end, wm)
-  private def expired(window: OpenWindow, wm: Long) = LateRowPolicy.isClosed(window.end + plan.allowedLatenessMicros, wm)
+  private def due(window: OpenWindow, wm: Long) = ClosedWindows.closedBy(window.end, wm)
+  private def expired(window: OpenWindow, wm: Long) =
+    ClosedWindows.closedBy(window.end + plan.allowedLatenessMicros, wm)
   private def expiredStart(start: Long, wm: Long) =
-    LateRowPolicy.isClosed(plan.windows.windowEnd(start) + plan.allowedLatenessMicros, wm)
+    ClosedWindows.closedBy(plan.windows.windowEnd(start) + plan.allowedLatenessMicros, wm)
 
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
     state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows)
@@ -63,10 +69,10 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
 
   /** Spark's global watermark in microseconds (only with max_skew / closing='global'). */
   private def globalWatermark(timerValues: TimerValues): Long =
-    if (!policy.usesGlobalWatermark) KeyWatermark.Undefined
+    if (!policy.usesGlobalWatermark) HeldWatermark.Undefined
     else {
       val ms = timerValues.getCurrentWatermarkInMs()
-      if (ms <= 0) KeyWatermark.Undefined else ms * 1000L
+      if (ms <= 0) HeldWatermark.Undefined else ms * 1000L
     }
 
   /**
@@ -98,12 +104,13 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     val windows = mutable.LongMap.empty[OpenWindow]
     loaded.foreach(_._2.foreach { row =>
       val start = row.getLong(revisionOrdinal + 2)
-      windows.update(start, new OpenWindow(start, row.getLong(revisionOrdinal + 1), agg.fromStored(row),
-        row.getInt(revisionOrdinal), row.getBoolean(revisionOrdinal + 3)))
+      windows.update(start,
+        new OpenWindow(start, row.getLong(revisionOrdinal + 1), agg.fromStored(row),
+          row.getInt(revisionOrdinal), row.getBoolean(revisionOrdinal + 3)))
     })
     /** The event-time timer registered for the key as stored (a function of what was stored). */
     val storedEventTimer: Option[Long] = if (existed) eventTimer(record, windows) else None
-    val update = new KeyWatermarkUpdate(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
+    val update = new WatermarkAdvance(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
       globalWatermark(timerValues))
     /** Whether the key left state in this call. */
     var released = false
@@ -121,10 +128,11 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       if (windows.isEmpty && policy.releasesKeysWithoutWindows) release()
       else {
         val open = windows.values
-        val earliest = if (open.isEmpty) KeyWatermark.Undefined else open.iterator.map(_.start).min
-        state.store(record, open.iterator.map { w =>
-          new JoinedRow(agg.toStored(w.buffer), InternalRow(w.revisions, w.end, w.start, w.dirty))
-        }, open.size, earliest)
+        val earliest = if (open.isEmpty) HeldWatermark.Undefined else open.iterator.map(_.start).min
+        state.store(record,
+          open.iterator.map { w =>
+            new JoinedRow(agg.toStored(w.buffer), InternalRow(w.revisions, w.end, w.start, w.dirty))
+          }, open.size, earliest)
       }
     }
 
@@ -144,7 +152,8 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     }
     val update = batch.update
     val held =
-      if (update.regressed) Iterator.single(plan.emitter.heldWatermark(keyValues, update.record.regressions, update.atStart))
+      if (update.regressed)
+        Iterator.single(plan.emitter.heldWatermark(keyValues, update.record.regressions, update.atStart))
       else Iterator.empty
     scheduleTimer(batch, timerValues, batch.storedEventTimer)
     out ++ held ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = true, timerValues))
@@ -153,17 +162,19 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
   /** The key's "key" row for the per-batch metrics (see WindowEmitter.KeyMetricsColumn). */
   private def keyMetrics(keyValues: InternalRow, batch: KeyBatch, hadRows: Boolean, timerValues: TimerValues): Row = {
     import WindowEmitter._
-    val flags = (if (hadRows) HadRows else 0) | (if (batch.existed) 0 else WasNew) | (if (batch.released) Released else 0)
+    val flags =
+      (if (hadRows) HadRows else 0) | (if (batch.existed) 0 else WasNew) | (if (batch.released) Released else 0)
     // A key that left state has no watermark any more: it does not count in the lag.
-    val wm = if (batch.released) KeyWatermark.Undefined else batch.update.record.watermark
+    val wm = if (batch.released) HeldWatermark.Undefined else batch.update.record.watermark
     val global = globalWatermark(timerValues)
-    val lag = if (global == KeyWatermark.Undefined || wm == KeyWatermark.Undefined) KeyWatermark.Undefined
-      else KeyWatermark.saturatingMinus(global, wm)
+    val lag = if (global == HeldWatermark.Undefined || wm == HeldWatermark.Undefined) HeldWatermark.Undefined
+    else HeldWatermark.saturatingMinus(global, wm)
     plan.emitter.keyMetrics(keyValues, flags, if (batch.released) 0 else batch.windows.size, wm, lag)
   }
 
   /** Emits a kept late row per original row of a late partial. */
-  private def keptLateRows(partial: InternalRow, keyValues: InternalRow, watermark: Long, out: mutable.ArrayBuffer[Row]): Unit =
+  private def keptLateRows(
+      partial: InternalRow, keyValues: InternalRow, watermark: Long, out: mutable.ArrayBuffer[Row]): Unit =
     if (plan.keepLateRows) {
       val kept = partial.getArray(layout.kept)
       var i = 0
@@ -192,7 +203,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
       val partial = this.partial(rows.next())
       val start = partial.getLong(startOrdinal)
       update.observe(partial)
-      if (LateRowPolicy.isClosed(start + plan.allowedLatenessMicros, watermarkAtStart)) {
+      if (ClosedWindows.closedBy(start + plan.allowedLatenessMicros, watermarkAtStart)) {
         late += partial.getLong(layout.rows)
         keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
       } else {
@@ -236,13 +247,13 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
           parts.foreach(p => agg.merge(merged.buffer, agg.toStored(p.buffer).copy()))
           merged
         }
-      if (LateRowPolicy.isClosed(end, watermarkNow) && (session.revisions == 0 || session.dirty)) {
+      if (ClosedWindows.closedBy(end, watermarkNow) && (session.revisions == 0 || session.dirty)) {
         emitted += plan.emitter.window(agg.result(windowGroup(keyValues, start, end), session.buffer),
           session.revisions, watermarkAtStart)
         session.revisions += 1
         session.dirty = false
       }
-      if (!LateRowPolicy.isClosed(end + plan.allowedLatenessMicros, watermarkNow)) batch.windows.update(start, session)
+      if (!ClosedWindows.closedBy(end + plan.allowedLatenessMicros, watermarkNow)) batch.windows.update(start, session)
       i = j
     }
     emitted
@@ -310,12 +321,12 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     val update = batch.update
     val record = update.record
     val now = timerValues.getCurrentProcessingTimeInMs()
-    val idleFor = if (record.lastArrivalMs == KeyWatermark.NoArrival) -1L else now - record.lastArrivalMs
-    val timeout = policy.idleTimeoutMillis
-    val idle = timeout.exists(t => idleFor >= t)
-    if (idle && (!policy.advanceWhenIdle || forgotten(record, now))) {
+    val idleFor = if (record.lastArrivalMs == HeldWatermark.NoArrival) -1L else now - record.lastArrivalMs
+    val idle = policy.idle.exists(rule => idleFor >= rule.timeoutMillis)
+    val forgotten = policy.idle.exists(_.forgotten(record, now))
+    if (idle && (policy.idle.exists(_.emitsWhenIdle) || forgotten)) {
       val out = emitUnfired(keyValues, batch, update.atStart)
-      if (forgotten(record, now)) {
+      if (forgotten) {
         state.clear()
         getHandle.listTimers().foreach(t => getHandle.deleteTimer(t))
         batch.released = true
@@ -323,7 +334,7 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
         // The windows just emitted are final: the watermark moves past them (so rows for them
         // are late from now on) and the key keeps only its record until it is forgotten.
         batch.windows.clear()
-        if (record.quietSinceMs == KeyWatermark.NoArrival) record.quietSinceMs = now
+        if (record.quietSinceMs == HeldWatermark.NoArrival) record.quietSinceMs = now
         batch.store(0L)
         scheduleTimer(batch, timerValues, None)
       }
@@ -332,21 +343,16 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     val watermarkAtStart = update.atStart
     val watermarkNow = update.finish()
     val out = plan.windows match {
-      case _: SessionWindows => closeSessions(keyValues, batch, mutable.ArrayBuffer.empty, watermarkNow, watermarkAtStart).toSeq
+      case _: SessionWindows =>
+        closeSessions(keyValues, batch, mutable.ArrayBuffer.empty, watermarkNow, watermarkAtStart).toSeq
       case _: TumblingWindows | _: SlidingWindows =>
         closeWindows(keyValues, batch, watermarkNow, watermarkAtStart, _ => false)
     }
-    if (idle && batch.windows.isEmpty && record.quietSinceMs == KeyWatermark.NoArrival) record.quietSinceMs = now
+    if (idle && batch.windows.isEmpty && record.quietSinceMs == HeldWatermark.NoArrival) record.quietSinceMs = now
     batch.store(0L)
     // Spark deletes the expired timer after this call: nothing else is registered for the key.
     scheduleTimer(batch, timerValues, None)
     out.iterator ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
-  }
-
-  /** idle_timeout: the key has been idle without open windows for idle_timeout (or idle for twice that). */
-  private def forgotten(record: KeyWatermarkState, now: Long): Boolean = policy.idleTimeoutMillis.exists { t =>
-    (record.quietSinceMs != KeyWatermark.NoArrival && now - record.quietSinceMs >= t) ||
-      (!policy.advanceWhenIdle && record.lastArrivalMs != KeyWatermark.NoArrival && now - record.lastArrivalMs >= 2 * t)
   }
 
   /**
@@ -367,16 +373,14 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
    * The event-time timer of a key (max_skew, closing='global'): when Spark's global watermark
    * (ms) will let the key's floor reach the threshold of its earliest open window.
    */
-  private def eventTimer(record: KeyWatermarkState, windows: mutable.LongMap[OpenWindow]): Option[Long] =
-    if (!policy.usesGlobalWatermark || windows.isEmpty) None
+  private def eventTimer(record: KeyRecord, windows: mutable.LongMap[OpenWindow]): Option[Long] =
+    if (windows.isEmpty) None
     else {
       val next = windows.values.iterator.map(_.threshold).min
-      val global = policy.maxSkewMicros match {
-        case Some(skew) => next + skew + math.max(0L, record.latenessMicros - policy.latenessMicros)
-        case None => next // closing='global'
-      }
-      Some(Math.floorDiv(global + 999L, 1000L))
+      earliest(eventTimeFloors.flatMap(_.reaches(next, record)))
     }
+
+  private def earliest(times: Seq[Long]): Option[Long] = if (times.isEmpty) None else Some(times.min)
 
   /**
    * Registers the key's next timer (only for policies that follow a clock): when the key turns
@@ -402,19 +406,8 @@ final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[R
     val next = if (batch.windows.isEmpty) None else Some(batch.windows.values.map(_.threshold).min)
     val times = mutable.ArrayBuffer.empty[Long]
     val now = timerValues.getCurrentProcessingTimeInMs()
-    val last = record.lastArrivalMs
-    policy.idleTimeoutMillis.foreach { timeout =>
-      if (record.quietSinceMs != KeyWatermark.NoArrival) times += record.quietSinceMs + timeout // forgotten
-      else if (last != KeyWatermark.NoArrival) {
-        if (!policy.advanceWhenIdle || next.isEmpty) times += last + timeout
-        else next.foreach { t =>
-          if (record.arrivalWatermark != KeyWatermark.Undefined) {
-            times += last + timeout + Math.floorDiv(t - record.arrivalWatermark + 999L, 1000L)
-          }
-        }
-      }
-    }
-    if (policy.processingTime) next.foreach(t => times += Math.floorDiv(t + policy.latenessMicros + 999L, 1000L))
+    policy.idle.foreach(rule => times ++= rule.nextTimer(record, hasOpenWindows = next.isDefined))
+    next.foreach(t => processingTimeFloors.foreach(f => times ++= f.reaches(t, record)))
     times ++= batch.update.sourceIdleTimes
     for (i <- times.indices) if (times(i) <= now) times(i) = now + 1
     if (times.nonEmpty) handle.registerTimer(times.min)

@@ -14,11 +14,11 @@ import io.github.keyedwatermarks.watermark._
  * (max event time, per-row lateness, event times for the adaptive sketch, per-source maxima),
  * and proposes the new watermark at the end. All state access for the watermark is here.
  */
-private[operator] final class KeyWatermarkUpdate(
-    policy: WatermarkPolicy, state: KeyState, val record: KeyWatermarkState, layout: PartialLayout, nowMs: Long,
+private[operator] final class WatermarkAdvance(
+    policy: WatermarkPolicy, state: KeyState, val record: KeyRecord, layout: PartialLayout, nowMs: Long,
     globalWatermark: Long) {
 
-  val watermark = new KeyWatermark(policy, record)
+  val watermark = new HeldWatermark(policy, record)
   /** `wm_N(k)`: the watermark at the start of the batch, after the clock floors. */
   val atStart: Long = watermark.applyFloors(nowMs, globalWatermark)
 
@@ -52,15 +52,11 @@ private[operator] final class KeyWatermarkUpdate(
   /** Whether this batch's proposal was held back (an attempted regression). */
   def regressed: Boolean = record.regressions > regressionsBefore
 
-
-  private def keyLateness(withRows: Boolean): Long = policy.lateness match {
+  private def keyLateness(source: LatenessSource, withRows: Boolean): Long = source match {
     case FixedLateness => policy.latenessMicros
     case ColumnLateness =>
-      if (withRows && batchLateness != Long.MinValue) {
-        if (batchLateness < 0) throw new IllegalArgumentException(
-          s"lateness: the per-key lateness column gave a negative duration (${batchLateness} microseconds)")
-        record.latenessMicros = batchLateness
-      }
+      // A negative value never gets here: the input counts it as an invalid row (input.InvalidRows).
+      if (withRows && batchLateness != Long.MinValue) record.latenessMicros = batchLateness
       record.latenessMicros
     case a: AdaptiveLateness =>
       if (withRows) {
@@ -75,56 +71,56 @@ private[operator] final class KeyWatermarkUpdate(
       record.latenessMicros
   }
 
-  private def proposal(withRows: Boolean): Long = {
-    if (policy.processingTime || policy.globalClosing) return KeyWatermark.Undefined
-    val lateness = keyLateness(withRows)
-    (policy.sources, state.sources) match {
-      case (Some(sp), Some(map)) =>
-        sourceMax.foreach { case (s, maxT) =>
-          val previous = map.getValue(s)
-          val kept = if (previous == null) maxT else math.max(previous.getLong(0), maxT)
-          map.updateValue(s, Row(kept, nowMs))
-        }
-        sourceProposal(sp, map.iterator().map { case (s, r) => (s, r.getLong(0), r.getLong(1)) }.toList, lateness)
-      case _ => watermark.proposal(lateness)
-    }
+  private def proposal(withRows: Boolean): Long = policy.proposal match {
+    case Proposal.ClockOnly => HeldWatermark.Undefined
+    case Proposal.OwnRows(source) => watermark.proposal(keyLateness(source, withRows))
+    case Proposal.MinOfSources(source, sp) =>
+      val lateness = keyLateness(source, withRows)
+      val map = state.sources.get // registered by KeyState for this proposal
+      sourceMax.foreach { case (s, maxT) =>
+        val previous = map.getValue(s)
+        val kept = if (previous == null) maxT else math.max(previous.getLong(0), maxT)
+        map.updateValue(s, Row(kept, nowMs))
+      }
+      sourceProposal(sp, map.iterator().map { case (s, r) => (s, r.getLong(0), r.getLong(1)) }.toList, lateness)
   }
 
   /** Min of inputs over the key's sources that are not idle (max over all if all are idle). */
   private def sourceProposal(sp: SourcePolicy, sources: List[(String, Long, Long)], lateness: Long): Long = {
     val seen = sources.map(_._1).toSet
-    if (!sp.expected.forall(seen.contains)) return KeyWatermark.Undefined
+    if (!sp.expected.forall(seen.contains)) return HeldWatermark.Undefined
     val active = sp.idleTimeoutMillis match {
       case Some(t) => sources.filter(s => nowMs - s._3 < t)
       case None => sources
     }
-    val marks = (if (active.nonEmpty) active else sources).map(s => KeyWatermark.saturatingMinus(s._2, lateness))
-    if (marks.isEmpty) KeyWatermark.Undefined
+    val marks = (if (active.nonEmpty) active else sources).map(s => HeldWatermark.saturatingMinus(s._2, lateness))
+    if (marks.isEmpty) HeldWatermark.Undefined
     else if (active.nonEmpty) marks.min
     else marks.max
   }
 
   /** Processing times at which a source of this key turns idle (so its watermark may jump). */
-  def sourceIdleTimes: Seq[Long] = (policy.sources, state.sources) match {
-    case (Some(SourcePolicy(_, Some(t))), Some(map)) =>
+  def sourceIdleTimes: Seq[Long] = (policy.proposal.sourceIdleTimeoutMillis, state.sources) match {
+    case (Some(t), Some(map)) =>
       map.iterator().map(_._2.getLong(1) + t).filter(_ > nowMs).toList
     case _ => Nil
   }
 }
 
 /** Ordinals of a partial's payload columns (see compat.PartialAggregation for the layout). */
-final case class PartialLayout(
+private[keyedwatermarks] final case class PartialLayout(
     windowStart: Int, rows: Int, maxEventTime: Int, lateness: Int, eventTimes: Int, source: Int,
     sessionEnd: Int, kept: Int, keptWidth: Int)
 
-object PartialLayout {
+private[keyedwatermarks] object PartialLayout {
   import org.apache.spark.sql.types.{ArrayType, StructType}
   import io.github.keyedwatermarks.compat.PartialAggregation
 
   def apply(payloadSchema: StructType): PartialLayout = {
     def ordinal(name: String) = payloadSchema.fieldNames.indexOf(name)
     val kept = ordinal(PartialAggregation.KeptRows)
-    val keptWidth = if (kept < 0) 0 else payloadSchema(kept).dataType match {
+    val keptWidth = if (kept < 0) 0
+    else payloadSchema(kept).dataType match {
       case a: ArrayType => a.elementType.asInstanceOf[StructType].length
       case _ => 0
     }

@@ -21,7 +21,7 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  *  5. [[operator]]: `transformWithState` with the per-key watermark processor;
  *  6. [[observed]]: invalid rows added (when kept) and the per-batch output counts.
  */
-object KeyedPlanner {
+private[keyedwatermarks] object KeyedPlanner {
   val OutputMetrics = "keyed_watermarks_output"
 
   /**
@@ -31,8 +31,9 @@ object KeyedPlanner {
   def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = {
     val p = prepare(events, spec)
     val out = operator(p)
-    val all = observed(p.projected.invalidRows.fold(out)(invalid =>
-      out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))),
+    val all = observed(
+      p.projected.invalidRows.fold(out)(invalid =>
+        out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))),
       spec.watermark.stuckAfterMicros)
     if (spec.aggregation.withReport) all else p.operatorPlan.emitter.windowsOnly(all)
   }
@@ -58,7 +59,8 @@ object KeyedPlanner {
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
       withRevision = spec.windows.allowedLateness.isDefined)
     val partials = PartialAggregation(projected.frame, input.keys.size, Assigners.of(spec.windows), aggregation,
-      spec.aggregation.keepLateRows, keepEventTimes = spec.watermark.policy.lateness.isInstanceOf[AdaptiveLateness])
+      spec.aggregation.keepLateRows,
+      keepEventTimes = spec.watermark.policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
     val operatorPlan = OperatorPlan(
       keySchema = projected.keySchema,
       payloadSchema = partials.payloadSchema,
@@ -95,7 +97,7 @@ object KeyedPlanner {
     spec.windows.validate(events)
     requireRocksDb(events)
     val input = InputPlan.validate(events, w.keys, w.eventTime, streaming)
-    if (!w.usesGlobalWatermark) input
+    if (!w.policy.usesGlobalWatermark) input
     else InputPlan.withSparkWatermark(input, w.lateness.text, w.maxAheadMicros, streaming)
   }
 
@@ -110,7 +112,7 @@ object KeyedPlanner {
     // Spark resolves and type-checks the aggregates exactly as for a batch groupBy; a
     // non-aggregate expression fails here with Spark's own AnalysisException.
     val ref = Reference(input.events.groupBy(input.keyColumns :+ windowColumn(input, spec.windows): _*)
-      .agg(aggs.head, aggs.tail: _*))
+        .agg(aggs.head, aggs.tail: _*))
     OutputNames.check(ref.schema, input.keys.size, spec)
     ref
   }
@@ -170,8 +172,8 @@ object KeyedPlanner {
    * because no column of the partials carries watermark metadata.
    */
   private def timeMode(w: WatermarkSpec): TimeMode =
-    if (w.usesProcessingTimers) TimeMode.ProcessingTime()
-    else if (w.usesGlobalWatermark) TimeMode.EventTime()
+    if (w.policy.usesProcessingTimers) TimeMode.ProcessingTime()
+    else if (w.policy.usesGlobalWatermark) TimeMode.EventTime()
     else TimeMode.None()
 
   /** `transformWithState` with the per-key watermark processor over the grouped partials. */

@@ -25,8 +25,8 @@ private[planner] object OutputNames {
     names.zipWithIndex.foreach { case (name, i) =>
       seen.get(name.toLowerCase(Locale.ROOT)) match {
         case Some(first) => throw new IllegalArgumentException(
-          s"agg: the result would have two columns named '$name' (the ${role(first)} column " +
-            s"'${names(first)}' and the ${role(i)} column '$name'); rename one, e.g. with .alias(...)")
+            s"agg: the result would have two columns named '$name' (the ${role(first)} column " +
+              s"'${names(first)}' and the ${role(i)} column '$name'); rename one, e.g. with .alias(...)")
         case None => seen(name.toLowerCase(Locale.ROOT)) = i
       }
     }

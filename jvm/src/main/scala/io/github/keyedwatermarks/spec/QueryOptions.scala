@@ -5,8 +5,6 @@ import scala.jdk.CollectionConverters._
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import org.apache.spark.sql.Column
 
-import io.github.keyedwatermarks.watermark.{DefaultSkew, SkewBound, WatermarkPolicy}
-
 /**
  * A [[KeyedQuerySpec]] from plain options: a JSON object of the Python API's keyword arguments
  * (durations already as Spark duration strings) plus the named Columns among them. This is the
@@ -48,7 +46,8 @@ object QueryOptions {
       .getOrElse(o.fail("lateness: a duration is required, e.g. '5 seconds'"))
     val mapping = o.node("key_lateness").filter(_.isObject).map { m =>
       KeyLateness.ByKey(m.properties().asScala.map { e =>
-        e.getKey -> DurationOption.nonNegative(s"key_lateness['${e.getKey}']", o.text(s"key_lateness['${e.getKey}']", e.getValue))
+        e.getKey -> DurationOption.nonNegative(s"key_lateness['${e.getKey}']",
+          o.text(s"key_lateness['${e.getKey}']", e.getValue))
       }.toMap)
     }
     val adaptive = o.node("adaptive_lateness").map { a =>
@@ -85,18 +84,20 @@ object QueryOptions {
       maxSkew = o.string("max_skew").map(SkewBound.parse).getOrElse(DefaultSkew),
       globalClosing = closing == "global",
       sources = sourceColumn.map(SourcesSpec(_, o.strings("sources").getOrElse(Nil),
-        o.string("source_idle_timeout").map(DurationOption.positive("source_idle_timeout", _)))),
-      maxAheadMicros = o.string("max_ahead").fold(Option(WatermarkPolicy.DefaultMaxAheadMicros))(WatermarkPolicy.maxAhead),
+          o.string("source_idle_timeout").map(DurationOption.positive("source_idle_timeout", _)))),
+      maxAheadMicros = o.string("max_ahead").fold(Option(WatermarkSpec.DefaultMaxAheadMicros))(WatermarkSpec.maxAhead),
       stuckAfterMicros = o.string("stuck_after").map(DurationOption.nonNegative("stuck_after", _).micros)
-        .getOrElse(WatermarkPolicy.DefaultStuckAfterMicros))
+        .getOrElse(WatermarkSpec.DefaultStuckAfterMicros))
   }
 
   private def windows(o: Options): WindowSpec = (o.node("window"), o.node("session")) match {
     case (Some(w), None) =>
       val sub = o.nested("window", w, Set("size", "slide", "allowed_lateness"))
-      val size = DurationOption("window", sub.string("size").getOrElse(o.fail("window: a size is required, e.g. '10 seconds'")))
+      val size =
+        DurationOption("window", sub.string("size").getOrElse(o.fail("window: a size is required, e.g. '10 seconds'")))
       val allowed = sub.string("allowed_lateness").map(DurationOption("allowed_lateness", _))
-      sub.string("slide").map(DurationOption("slide", _)).fold[WindowSpec](Tumbling(size, allowed))(Sliding(size, _, allowed))
+      sub.string("slide").map(DurationOption("slide", _)).fold[WindowSpec](Tumbling(size, allowed))(Sliding(size, _,
+          allowed))
     case (None, Some(s)) =>
       val sub = o.nested("session", s, Set("gap", "allowed_lateness"))
       val gap = (sub.string("gap"), o.column("gap")) match {
@@ -153,9 +154,11 @@ object QueryOptions {
   }
 
   private def parse(json: String): JsonNode = {
-    val node = try mapper.readTree(Option(json).getOrElse("{}")) catch {
-      case e: Exception => DurationOption.fail(s"options: not a JSON object: ${e.getMessage}")
-    }
+    val node =
+      try mapper.readTree(Option(json).getOrElse("{}"))
+      catch {
+        case e: Exception => DurationOption.fail(s"options: not a JSON object: ${e.getMessage}")
+      }
     if (node == null || !node.isObject) DurationOption.fail(s"options: expected a JSON object, got $json")
     node
   }

@@ -4,8 +4,10 @@ import org.apache.spark.sql.{Column, DataFrame}
 
 import io.github.keyedwatermarks.compat.SparkVersionCheck
 import io.github.keyedwatermarks.input.{DurationColumn, InputPlan}
-import io.github.keyedwatermarks.watermark.{AdaptiveLateness, ColumnLateness, DefaultSkew, FixedLateness,
-  LatenessSource, SkewBound, SourcePolicy, WatermarkPolicy}
+import io.github.keyedwatermarks.watermark.{
+  AdaptiveLateness, ColumnLateness, FixedLateness, GlobalWatermarkFloor, IdleAdvanceFloor, IdleRule, LatenessSource,
+  ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
+}
 
 /**
  * The per-key watermark part of a query, as the user chose it: keys, event time, lateness and
@@ -25,21 +27,59 @@ final case class WatermarkSpec(
     maxSkew: SkewBound = DefaultSkew,
     globalClosing: Boolean = false,
     sources: Option[SourcesSpec] = None,
-    maxAheadMicros: Option[Long] = Some(WatermarkPolicy.DefaultMaxAheadMicros),
-    stuckAfterMicros: Long = WatermarkPolicy.DefaultStuckAfterMicros) {
+    maxAheadMicros: Option[Long] = Some(WatermarkSpec.DefaultMaxAheadMicros),
+    stuckAfterMicros: Long = WatermarkSpec.DefaultStuckAfterMicros) {
 
-  /** The engine's policy (what the operator reads on executors). */
-  def policy: WatermarkPolicy = WatermarkPolicy(
-    latenessMicros = lateness.micros,
-    lateness = keyLateness.source,
-    processingTime = processingTimeClock,
-    idleTimeoutMillis = idleTimeout.map(_.millis),
-    advanceWhenIdle = advanceWhenIdle,
-    maxSkew = maxSkew,
-    globalClosing = globalClosing,
-    sources = sources.map(s => SourcePolicy(s.expected.distinct, s.idleTimeout.map(_.millis))),
-    maxAheadMicros = maxAheadMicros,
-    stuckAfterMicros = stuckAfterMicros)
+  /**
+   * The engine's policy (what the operator reads on executors): the options as components, the
+   * default skew bound resolved (see [[WatermarkSpec.DefaultMaxSkewMicros]]). Call after
+   * [[validate]] (which rejects the combinations that cannot run in one Spark time mode).
+   */
+  def policy: WatermarkPolicy = {
+    val source = keyLateness.source
+    val proposal =
+      if (processingTimeClock || globalClosing) Proposal.ClockOnly
+      else sources.fold[Proposal](Proposal.OwnRows(source)) { s =>
+        Proposal.MinOfSources(source, SourcePolicy(s.expected.distinct, s.idleTimeout.map(_.millis)))
+      }
+    val skew = maxSkew match {
+      case SkewOf(micros) => Some(micros)
+      case Unbounded => None
+      // Processing-time policies bound state with their own timers (and cannot follow Spark's
+      // event-time watermark in the same query); closing='global' is Spark's watermark itself.
+      case DefaultSkew => if (followsWallClock || globalClosing) None else Some(WatermarkSpec.DefaultMaxSkewMicros)
+    }
+    val floors = Seq(
+      if (processingTimeClock) Some(ProcessingTimeFloor(lateness.micros)) else None,
+      if (globalClosing) Some(GlobalWatermarkFloor) else None,
+      skew.map(SkewFloor(_, lateness.micros)),
+      idleTimeout.filter(_ => advanceWhenIdle).map(t => IdleAdvanceFloor(t.millis))).flatten
+    val idle = idleTimeout.map { t =>
+      if (advanceWhenIdle) IdleRule.AdvanceWhenIdle(t.millis) else IdleRule.EmitWhenIdle(t.millis)
+    }
+    WatermarkPolicy(lateness.micros, proposal, floors, idle, maxAheadMicros, stuckAfterMicros)
+  }
+
+  /** The options that follow the wall clock (processing-time timers). */
+  private def followsWallClock: Boolean =
+    processingTimeClock || idleTimeout.isDefined || sources.exists(_.idleTimeout.isDefined)
+
+  /** Rejects option combinations that cannot run in one Spark time mode, naming the options. */
+  private def validateCombination(): Unit = {
+    def fail(msg: String): Nothing = DurationOption.fail(msg)
+    if (maxSkew.isInstanceOf[SkewOf] && followsWallClock) fail(
+      "max_skew follows Spark's global event-time watermark and cannot be combined with " +
+        "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers " +
+        "(they bound state by processing time instead)")
+    if (globalClosing && followsWallClock) fail(
+      "closing='global' follows Spark's global event-time watermark and cannot be combined with " +
+        "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers")
+    if (advanceWhenIdle && idleTimeout.isEmpty) fail("advance_when_idle: needs idle_timeout")
+    if (globalClosing && (keyLateness != KeyLateness.Fixed || sources.isDefined || maxSkew.isInstanceOf[SkewOf])) fail(
+      "closing='global' uses Spark's one global watermark: per-key, adaptive lateness, sources and max_skew do not apply")
+    if (processingTimeClock && (keyLateness != KeyLateness.Fixed || sources.isDefined)) fail(
+      "clock='processing_time': the watermark follows the wall clock; per-key/adaptive lateness and sources do not apply")
+  }
 
   /**
    * Checks the options against `events` (columns exist, types fit) and against each other
@@ -54,17 +94,39 @@ final case class WatermarkSpec(
     val input = InputPlan.validate(events, keys, eventTime, streaming)
     keyLateness match {
       case KeyLateness.ByColumn(c) => DurationColumn.micros(events, c, "key_lateness")
-      case KeyLateness.ByKey(_) if keys.size != 1 => fail(
-        s"key_lateness: a mapping needs a single key column, got ${keys.mkString(", ")}; use a lateness column")
+      case KeyLateness.ByKey(_) if keys.size != 1 =>
+        fail(
+          s"key_lateness: a mapping needs a single key column, got ${keys.mkString(", ")}; use a lateness column")
       case KeyLateness.Fixed | KeyLateness.ByKey(_) | _: KeyLateness.Adaptive => ()
     }
     sources.foreach(s => events.select(s.column)) // an unknown column fails here (AnalysisException)
-    policy.validate() // which policy options combine: the engine's rule, stated once there
+    validateCombination()
     input
   }
+}
 
-  def usesGlobalWatermark: Boolean = policy.usesGlobalWatermark
-  def usesProcessingTimers: Boolean = policy.usesProcessingTimers
+object WatermarkSpec {
+  /**
+   * The default skew bound: a key's watermark trails Spark's global watermark by at most an
+   * hour (plus its own extra lateness). Keys of a fleet that report with minutes of delay or
+   * clock offset keep their own watermark; a key silent for an hour of the fleet's event time
+   * has its windows emitted and leaves state, so state holds the keys active in the last hour.
+   */
+  val DefaultMaxSkewMicros: Long = 3600L * 1000 * 1000
+
+  /**
+   * The default bound on how far ahead of processing time an event time may be: a day, far
+   * beyond clock offsets and time zones mixed up, far below a device clock reset to 2099.
+   */
+  val DefaultMaxAheadMicros: Long = 24L * 3600 * 1000 * 1000
+
+  /** A key whose watermark trails Spark's global watermark by more is "stuck" (a metric only). */
+  val DefaultStuckAfterMicros: Long = 10L * 60 * 1000 * 1000
+
+  /** max_ahead: a duration string, or "unbounded" (None). */
+  def maxAhead(text: String): Option[Long] =
+    if (text != null && text.trim.equalsIgnoreCase("unbounded")) None
+    else Some(DurationOption.nonNegative("max_ahead", text).micros)
 }
 
 /** Where each key's lateness comes from: one choice, so two ways cannot be combined. */
@@ -86,8 +148,9 @@ object KeyLateness {
 
   /** Learnt per key from its out-of-orderness (a quantile within [min, max]). */
   final case class Adaptive(quantile: Double, min: DurationOption, max: DurationOption, relativeError: Double)
-    extends KeyLateness {
-    if (!(quantile > 0 && quantile <= 1)) DurationOption.fail(s"adaptive_lateness.quantile: must be in (0, 1], got $quantile")
+      extends KeyLateness {
+    if (!(quantile > 0 && quantile <= 1))
+      DurationOption.fail(s"adaptive_lateness.quantile: must be in (0, 1], got $quantile")
     if (!(relativeError > 0 && relativeError < 1)) DurationOption.fail(
       s"adaptive_lateness.relative_error: must be in (0, 1), got $relativeError")
     if (min.micros < 0) DurationOption.fail(s"${min.option}: must not be negative, got '${min.text}'")

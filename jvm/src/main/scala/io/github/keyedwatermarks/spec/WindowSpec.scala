@@ -41,8 +41,7 @@ sealed trait AlignedWindows extends WindowSpec {
   def size: DurationOption
 }
 
-final case class Tumbling(size: DurationOption, allowedLateness: Option[DurationOption] = None)
-  extends AlignedWindows {
+final case class Tumbling(size: DurationOption, allowedLateness: Option[DurationOption] = None) extends AlignedWindows {
   def validate(events: DataFrame): Unit = {
     WindowSpec.checkSize(size)
     WindowSpec.checkAllowed(allowedLateness)
@@ -50,7 +49,7 @@ final case class Tumbling(size: DurationOption, allowedLateness: Option[Duration
 }
 
 final case class Sliding(size: DurationOption, slide: DurationOption, allowedLateness: Option[DurationOption] = None)
-  extends AlignedWindows {
+    extends AlignedWindows {
   def validate(events: DataFrame): Unit = {
     WindowSpec.checkSize(size)
     if (slide.micros <= 0 || slide.micros > size.micros) DurationOption.fail(
@@ -87,7 +86,8 @@ final case class ColumnGap(gap: Column) extends SessionGapSpec
 /** The aggregation step: Spark aggregate columns, with or without report rows. */
 final case class AggregationSpec(aggregates: Seq[Column], withReport: Boolean = false, keepLateRows: Boolean = false) {
   if (aggregates.isEmpty) DurationOption.fail("agg: at least one aggregate column is required")
-  if (keepLateRows && !withReport) DurationOption.fail("keep_late_rows: needs agg_with_report (the report carries the rows)")
+  if (keepLateRows && !withReport)
+    DurationOption.fail("keep_late_rows: needs agg_with_report (the report carries the rows)")
 }
 
 /** A whole keyed query: what Python and Spark Connect send, what the planner plans. */

@@ -6,7 +6,9 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongType, StructField, StructType}
 
 import io.github.keyedwatermarks.compat.{QuantileSketch, UnsafeRowBytes}
-import io.github.keyedwatermarks.watermark.{AdaptiveLateness, KeyWatermark, KeyWatermarkState, WatermarkPolicy}
+import io.github.keyedwatermarks.watermark.{
+  AdaptiveLateness, ColumnLateness, FixedLateness, HeldWatermark, KeyRecord, Proposal, WatermarkPolicy
+}
 import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
 
 /**
@@ -24,21 +26,25 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  * Optional variables are registered only when their policy is on, so other queries pay nothing.
  * Field names are Avro-safe, as the state store's schema handling requires.
  */
-final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, policy: WatermarkPolicy,
+private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType,
+    policy: WatermarkPolicy,
     windows: WindowAssigner) {
   import KeyState._
 
   private val keyState: ValueState[Row] =
     handle.getValueState("key_state", Encoders.row(keySchema), TTLConfig.NONE)
 
-  private val sketchState: Option[ValueState[Row]] = policy.lateness match {
-    case _: AdaptiveLateness =>
+  private val sketchState: Option[ValueState[Row]] = policy.proposal.lateness match {
+    case Some(_: AdaptiveLateness) =>
       Some(handle.getValueState("lateness_sketch", Encoders.row(QuantileSketch.Schema), TTLConfig.NONE))
-    case _ => None
+    case Some(FixedLateness | ColumnLateness) | None => None
   }
 
-  val sources: Option[MapState[String, Row]] = policy.sources.map(_ =>
-    handle.getMapState("source_watermarks", Encoders.STRING, Encoders.row(SourceSchema), TTLConfig.NONE))
+  val sources: Option[MapState[String, Row]] = policy.proposal match {
+    case _: Proposal.MinOfSources =>
+      Some(handle.getMapState("source_watermarks", Encoders.STRING, Encoders.row(SourceSchema), TTLConfig.NONE))
+    case Proposal.OwnRows(_) | Proposal.ClockOnly => None
+  }
 
   private val codec = new UnsafeRowBytes.RowsCodec(windowSchema(bufferSchema), describe(windows))
 
@@ -47,27 +53,28 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, 
    * bytes just read, which nothing else shares); None for a key without state (new, or
    * released).
    */
-  def load(): Option[(KeyWatermarkState, Iterator[InternalRow])] = {
+  def load(): Option[(KeyRecord, Iterator[InternalRow])] = {
     // One read: Spark's exists() is itself a get() (and a decode), so test get() for null.
     val r = keyState.get()
     if (r == null) None
-    else Some((new KeyWatermarkState(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
-      r.getLong(6), r.getLong(7)), codec.rows(r.getAs[Array[Byte]](OpenWindowsOrdinal), "the open windows in state")))
+    else Some((new KeyRecord(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
+          r.getLong(6), r.getLong(7)),
+        codec.rows(r.getAs[Array[Byte]](OpenWindowsOrdinal), "the open windows in state")))
   }
 
   /** A key's record before its first row (or after it left state). */
-  def fresh(): KeyWatermarkState = KeyWatermark.fresh(policy.latenessMicros)
+  def fresh(): KeyRecord = HeldWatermark.freshRecord(policy.latenessMicros)
 
   /**
    * Writes the record and the open windows (rows of [[windowSchema]]; `earliestStart` the
    * smallest start among them), with their count and earliest start in the clear for
    * read_key_state.
    */
-  def store(s: KeyWatermarkState, open: Iterator[InternalRow], count: Int, earliestStart: Long): Unit = {
+  def store(s: KeyRecord, open: Iterator[InternalRow], count: Int, earliestStart: Long): Unit = {
     codec.reset()
     open.foreach(codec.add)
     keyState.update(Row(s.maxEventTime, s.watermark, s.arrivalWatermark, s.lastArrivalMs, s.latenessMicros,
-      s.lateRows, s.regressions, s.quietSinceMs, count, earliestStart, codec.result()))
+        s.lateRows, s.regressions, s.quietSinceMs, count, earliestStart, codec.result()))
   }
 
   def loadSketch(relativeError: Double): QuantileSketch =
@@ -85,7 +92,7 @@ final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType, 
   }
 }
 
-object KeyState {
+private[keyedwatermarks] object KeyState {
   /**
    * A window in state: its stored aggregation buffer, how many revisions it fired, end, start,
    * and whether it changed since it last fired (sessions with allowed lateness).
@@ -129,6 +136,6 @@ object KeyState {
   }
 
   val SourceSchema: StructType = StructType(Seq(
-    StructField("max_event_time_us", LongType, nullable = false),
-    StructField("last_arrival_ms", LongType, nullable = false)))
+      StructField("max_event_time_us", LongType, nullable = false),
+      StructField("last_arrival_ms", LongType, nullable = false)))
 }

@@ -5,7 +5,7 @@ package io.github.keyedwatermarks.window
  * with starts aligned to the Unix epoch exactly as Spark's `F.window(ts, size[, slide])`
  * aligns them, so our window bounds equal Spark's.
  */
-sealed trait WindowAssigner extends Serializable {
+private[keyedwatermarks] sealed trait WindowAssigner extends Serializable {
   def sizeMicros: Long
 
   /** Start of the last (latest-starting) window holding `eventTime`. */
@@ -35,7 +35,7 @@ sealed trait WindowAssigner extends Serializable {
 }
 
 /** Fixed-size, non-overlapping windows. */
-final case class TumblingWindows(sizeMicros: Long) extends WindowAssigner {
+private[keyedwatermarks] final case class TumblingWindows(sizeMicros: Long) extends WindowAssigner {
   require(sizeMicros > 0, s"window size must be positive, got $sizeMicros microseconds")
 
   override def slideMicros: Long = sizeMicros
@@ -47,7 +47,7 @@ final case class TumblingWindows(sizeMicros: Long) extends WindowAssigner {
 }
 
 /** Fixed-size windows starting every `slide`; a row belongs to every window that covers it. */
-final case class SlidingWindows(sizeMicros: Long, slideMicros: Long) extends WindowAssigner {
+private[keyedwatermarks] final case class SlidingWindows(sizeMicros: Long, slideMicros: Long) extends WindowAssigner {
   require(sizeMicros > 0, s"window size must be positive, got $sizeMicros microseconds")
   require(slideMicros > 0 && slideMicros <= sizeMicros,
     s"slide must be positive and at most the window size, got $slideMicros for size $sizeMicros")
@@ -62,7 +62,8 @@ final case class SlidingWindows(sizeMicros: Long, slideMicros: Long) extends Win
  * a per-row expression and each partial carries its end, t + gap computed by Catalyst
  * (`gapMicros` is unused).
  */
-final case class SessionWindows(gapMicros: Long, dynamicGap: Boolean = false) extends WindowAssigner {
+private[keyedwatermarks] final case class SessionWindows(gapMicros: Long, dynamicGap: Boolean = false)
+    extends WindowAssigner {
   require(dynamicGap || gapMicros > 0, s"session gap must be positive, got $gapMicros microseconds")
 
   // A row's one "window" starts at its event time; with a dynamic gap its end comes from the

@@ -30,7 +30,7 @@ final class OperatorHarness(
 
   private val spec = QueryOptions.query(options, columns, aggregates.asScala.toSeq)
   private val prepared = KeyedPlanner.prepare(spark.createDataFrame(java.util.List.of[Row](),
-    StructType.fromDDL(schema)), spec, streaming = false)
+      StructType.fromDDL(schema)), spec, streaming = false)
   private val keyCount = prepared.projected.keySchema.length
   private val tester = new TwsTester[Row, Row, Row](
     new KeyedWindowProcessor(prepared.operatorPlan), Nil, prepared.timeMode, OutputMode.Append(), None)
@@ -70,7 +70,8 @@ final class OperatorHarness(
   private def toJson(row: Row, schema: StructType): java.util.Map[String, Any] = {
     val m = new java.util.LinkedHashMap[String, Any]()
     schema.fields.zipWithIndex.foreach { case (f, i) =>
-      val v = if (row.isNullAt(i)) null else (f.dataType, row.get(i)) match {
+      val v = if (row.isNullAt(i)) null
+      else (f.dataType, row.get(i)) match {
         case (s: StructType, r: Row) => toJson(r, s)
         case (TimestampType, ts: java.sql.Timestamp) => DateTimeUtils.fromJavaTimestamp(ts)
         case (ArrayType(_, _), a: scala.collection.Seq[_]) => a.asJava
@@ -80,6 +81,5 @@ final class OperatorHarness(
     }
     m
   }
-
 
 }

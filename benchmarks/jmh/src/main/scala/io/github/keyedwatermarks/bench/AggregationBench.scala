@@ -45,8 +45,8 @@ object BenchSpark {
     case "count_avg" => Seq(count(lit(1)).as("n"), avg("temp").as("avg_temp"))
     // declarative (count/min/max/stddev), imperative (HyperLogLog++), typed-imperative (percentile)
     case "mixed" => Seq(count(lit(1)).as("n"), min("temp").as("lo"), max("temp").as("hi"),
-      stddev("temp").as("sd"), approx_count_distinct("temp").as("acd"),
-      percentile_approx(col("temp"), lit(0.5), lit(1000)).as("p50"))
+        stddev("temp").as("sd"), approx_count_distinct("temp").as("acd"),
+        percentile_approx(col("temp"), lit(0.5), lit(1000)).as("p50"))
     case other => throw new IllegalArgumentException(s"unknown aggregate list $other")
   }
 }
@@ -139,7 +139,8 @@ class AggregationBench {
 
   /** The same round trip through external Rows, as the operator talked to the state store before 0d3dfad. */
   @Benchmark
-  def storedRoundTripViaRow(): Row = buffers.toExternal(agg.toStored(agg.fromStored(buffers.toInternal(storedExternal))))
+  def storedRoundTripViaRow(): Row =
+    buffers.toExternal(agg.toStored(agg.fromStored(buffers.toInternal(storedExternal))))
 
   /** The same round trip through UnsafeRow bytes, as the operator keeps open windows in state now. */
   @Benchmark
@@ -181,7 +182,8 @@ class EmissionBench {
       .agg(cols.head, cols.tail: _*)
     agg = CatalystAggregation.fromAnalyzedAggregate(
       SparkInternals.analyzedPlan(reference), SparkInternals.output(events))
-    emitter = new WindowEmitter(reference.schema, Array(reference.schema.fieldIndex("device")), None, withRevision = false)
+    emitter =
+      new WindowEmitter(reference.schema, Array(reference.schema.fieldIndex("device")), None, withRevision = false)
     val toUnsafe = UnsafeProjection.create(BenchSpark.EventSchema)
     val device = UTF8String.fromString("device-000042")
     live = agg.newBuffer()

@@ -4,7 +4,7 @@ import java.util.concurrent.TimeUnit
 
 import org.openjdk.jmh.annotations._
 
-import io.github.keyedwatermarks.watermark.{KeyWatermark, LateRowPolicy, WatermarkPolicy}
+import io.github.keyedwatermarks.watermark.{ClosedWindows, HeldWatermark, WatermarkPolicy}
 import io.github.keyedwatermarks.window.{TumblingWindows, WindowAssigner}
 
 /**
@@ -36,7 +36,7 @@ class WindowAndWatermarkBench {
     acc
   }
 
-  /** KeyWatermark.observe for each row of a key, then current (one key, one batch). */
+  /** HeldWatermark.observe for each row of a key, then current (one key, one batch). */
   @Benchmark
   @OperationsPerInvocation(1024)
   def watermarkObserve(): Long = {
@@ -46,7 +46,7 @@ class WindowAndWatermarkBench {
     wm.proposal(latenessMicros)
   }
 
-  /** KeyWatermark.current after each observe (what a per-row lateness check would need). */
+  /** HeldWatermark.current after each observe (what a per-row lateness check would need). */
   @Benchmark
   @OperationsPerInvocation(1024)
   def watermarkObserveCurrent(): Long = {
@@ -71,14 +71,14 @@ class WindowAndWatermarkBench {
     var i = 0
     while (i < times.length) {
       val t = times(i)
-      if (LateRowPolicy.isClosed(windows.windowEnd(windows.windowStart(t)), atStart)) late += 1
+      if (ClosedWindows.closedBy(windows.windowEnd(windows.windowStart(t)), atStart)) late += 1
       wm.observe(t)
       i += 1
     }
     late + wm.proposal(latenessMicros)
   }
 
-  private def fresh() = new KeyWatermark(WatermarkPolicy(latenessMicros), KeyWatermark.fresh(latenessMicros))
+  private def fresh() = new HeldWatermark(WatermarkPolicy(latenessMicros), HeldWatermark.freshRecord(latenessMicros))
 }
 
 object EventTimes {

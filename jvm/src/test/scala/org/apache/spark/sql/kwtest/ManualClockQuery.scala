@@ -17,7 +17,8 @@ final class ManualClockQuery(df: DataFrame, val checkpoint: String, startMillis:
     private var waitingAt: Option[Long] = None
     override def waitTillTime(targetTime: Long): Long = {
       synchronized { waitingAt = Some(getTimeMillis()) }
-      try super.waitTillTime(targetTime) finally synchronized { waitingAt = None }
+      try super.waitTillTime(targetTime)
+      finally synchronized { waitingAt = None }
     }
     def isWaitingAt(time: Long): Boolean = synchronized(waitingAt.contains(time))
   }
