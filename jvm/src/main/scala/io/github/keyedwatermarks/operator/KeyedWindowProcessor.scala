@@ -377,10 +377,18 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     if (windows.isEmpty) None
     else {
       val next = windows.values.iterator.map(_.threshold).min
-      earliest(eventTimeFloors.flatMap(_.reaches(next, record)))
+      // Never at or below 0 ms: while Spark's global watermark is still 0 (no watermark yet, the
+      // first batch) Spark fires such a timer at once, in the same batch, where it cannot close
+      // anything, and then deletes it, dropping the registration the handler just renewed. From
+      // 1 ms it fires in the first batch with a real watermark. A watermark above 0 has already
+      // closed every window whose timer would be at or below it (its floor is applied first).
+      earliest(eventTimeFloors.flatMap(_.reaches(next, record))).map(math.max(_, FirstEventTimerMs))
     }
 
   private def earliest(times: Seq[Long]): Option[Long] = if (times.isEmpty) None else Some(times.min)
+
+  /** The earliest event-time timer registered (see [[eventTimer]]). */
+  private val FirstEventTimerMs = 1L
 
   /**
    * Registers the key's next timer (only for policies that follow a clock): when the key turns
