@@ -23,6 +23,10 @@ id and the arrival time at which that micro-batch's data was complete, so the de
 when each window was emitted. The emit delay of a window is that arrival time minus the
 window's end (event-time seconds on the same simulated clock).
 
+The plot's bottom panel follows three devices (one fast, one slow, one uploader): their
+watermarks in the keyed run, read back from its checkpoint with Spark's state data source,
+against the global watermark in the native run's progress reports.
+
 Run ``dev/demo`` (or ``.venv/bin/python examples/iot_demo.py``); ``--quick`` is a smaller run.
 ``main()`` returns the metrics as a dict (``tests/test_demo.py`` uses it).
 """
@@ -558,13 +562,12 @@ def _plot_watermarks(ax, timeline: dict, global_color: str) -> None:
          for p in timeline["global"] if p["watermark_ms"] > 0]  # Spark's starts at 0
     ax.step([x for x, _ in g], [y for _, y in g], where="post", color=global_color, lw=2.5,
             label="Spark global watermark (native query)")
-    styles = {"fast": ("#1b9e77", "-"), "slow": ("#7570b3", "-"), "uploader": ("#e7298a", "-")}
+    colors = {"fast": "#1b9e77", "slow": "#7570b3", "uploader": "#e7298a"}
     for cls, device in timeline["devices"].items():
         pts = [(p["arrival_s"] / 60.0, minutes_since_t0(p["watermark_us"][device] / 1e6))
                for p in timeline["keyed"] if p["watermark_us"][device] is not None]
-        color, ls = styles[cls]
-        ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color=color,
-                linestyle=ls, lw=1.5, label=f"keyed: {cls} device {device}")
+        ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color=colors[cls],
+                lw=1.5, label=f"keyed: {cls} device {device}")
     end = max(p["arrival_s"] for p in timeline["global"]) / 60.0
     ax.plot([0, end], [0, end], color="grey", lw=0.8, ls=":", label="arrival time")
     ax.set_xlabel("arrival time (min): the micro-batch's input complete up to then")
