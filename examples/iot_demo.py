@@ -23,6 +23,10 @@ id and the arrival time at which that micro-batch's data was complete, so the de
 when each window was emitted. The emit delay of a window is that arrival time minus the
 window's end (event-time seconds on the same simulated clock).
 
+The plot's bottom panel follows three devices (one fast, one slow, one uploader): their
+watermarks in the keyed run, read back from its checkpoint with Spark's state data source,
+against the global watermark in the native run's progress reports.
+
 Run ``dev/demo`` (or ``.venv/bin/python examples/iot_demo.py``); ``--quick`` is a smaller run.
 ``main()`` returns the metrics as a dict (``tests/test_demo.py`` uses it).
 """
@@ -30,6 +34,7 @@ Run ``dev/demo`` (or ``.venv/bin/python examples/iot_demo.py``); ``--quick`` is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import math
@@ -216,10 +221,12 @@ def _stamping_sink(out_dir: Path, checkpoint: Path) -> Callable[[DataFrame, int]
 
 
 def run_side_by_side(spark: SparkSession, input_dir: Path, workdir: Path,
-                     cfg: Config) -> Dict[str, float]:
+                     cfg: Config) -> Tuple[Dict[str, float], Dict[str, List[dict]]]:
     """Runs both queries over the same files until every file is processed (one after the
-    other: on 2 cores, running them concurrently was slower). Returns seconds per query."""
+    other: on 2 cores, running them concurrently was slower). Returns seconds per query and
+    each query's progress reports (as JSON dicts, every micro-batch's)."""
     timings: Dict[str, float] = {}
+    progress: Dict[str, List[dict]] = {}
     aggs = lambda: (F.count("*").alias("n"), F.avg("temp").alias("avg_temp"))  # noqa: E731
 
     def events() -> DataFrame:
@@ -230,21 +237,45 @@ def run_side_by_side(spark: SparkSession, input_dir: Path, workdir: Path,
                  .groupBy("device", F.window("ts", cfg.window)).agg(*aggs()))
     keyed = (kw.keyed_watermark(events(), key="device", event_time="ts", lateness=cfg.lateness)
              .window(cfg.window).agg_with_report(*aggs()))
-    for name, df in (("global", global_wm), ("keyed", keyed)):
-        checkpoint = workdir / "checkpoints" / name
-        t = time.monotonic()
-        query = (df.writeStream.queryName(f"iot_demo_{name}")
-                 .foreachBatch(_stamping_sink(workdir / "output" / name, checkpoint))
-                 .outputMode("append")
-                 .option("checkpointLocation", str(checkpoint))
-                 .trigger(availableNow=True)
-                 .start())
-        query.awaitTermination()
-        if query.exception() is not None:
-            raise RuntimeError(f"query {name} failed: {query.exception()}")
-        timings[name] = time.monotonic() - t
-        print(f"  {METHOD_LABELS[name]}: {timings[name]:.0f} s", flush=True)
-    return timings
+    # The watermark panel reads every micro-batch afterwards: the keyed query's state changes
+    # (state data source, change feed) and the global query's progress. Spark keeps 100 of
+    # each by default; the full demo runs more batches. A query reads these settings when it
+    # starts, so they are set for the two runs only.
+    keep = str(max(100, 3 * sum(1 for _ in input_dir.iterdir()) + 10))
+    with _session_conf(spark, {"spark.sql.streaming.minBatchesToRetain": keep,
+                               "spark.sql.streaming.numRecentProgressUpdates": keep}):
+        for name, df in (("global", global_wm), ("keyed", keyed)):
+            checkpoint = workdir / "checkpoints" / name
+            t = time.monotonic()
+            query = (df.writeStream.queryName(f"iot_demo_{name}")
+                     .foreachBatch(_stamping_sink(workdir / "output" / name, checkpoint))
+                     .outputMode("append")
+                     .option("checkpointLocation", str(checkpoint))
+                     .trigger(availableNow=True)
+                     .start())
+            query.awaitTermination()
+            if query.exception() is not None:
+                raise RuntimeError(f"query {name} failed: {query.exception()}")
+            timings[name] = time.monotonic() - t
+            progress[name] = [json.loads(p.json) for p in query.recentProgress]
+            print(f"  {METHOD_LABELS[name]}: {timings[name]:.0f} s", flush=True)
+    return timings, progress
+
+
+@contextlib.contextmanager
+def _session_conf(spark: SparkSession, settings: Dict[str, str]):
+    """Sets session configurations for the block, then restores the previous values."""
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,6 +388,109 @@ def compute_metrics(spark: SparkSession, input_dir: Path, workdir: Path, cfg: Co
     return metrics
 
 
+# ---------------------------------------------------------------------------------------------
+# Per-key watermarks over arrival time (the bottom panel)
+# ---------------------------------------------------------------------------------------------
+
+# Long.MinValue: an undefined watermark in the state record (docs/semantics.md, "Per-key state").
+_UNDEFINED = -(2**63)
+
+
+def representative_devices(device_class: Dict[str, str]) -> Dict[str, str]:
+    """One device of each class (the first by name): class -> device."""
+    return {c: min(d for d, k in device_class.items() if k == c) for c in CLASSES}
+
+
+def _key_state_changes(spark: SparkSession, checkpoint: Path,
+                       devices: Sequence[str]) -> Dict[int, Dict[str, Optional[int]]]:
+    """batch id -> {device: watermark (us since the epoch, None: not in state)} for the batches
+    that wrote the device's state, from Spark's state data source in change-feed mode (one
+    read for the whole run, instead of one ``kw.read_key_state(batch_id=...)`` per batch)."""
+    changes = (spark.read.format("statestore")
+               .option("readChangeFeed", True).option("changeStartBatchId", 0)
+               .option("stateVarName", "key_state").load(str(checkpoint)))
+    key = F.col("key").getField(changes.schema["key"].dataType.fieldNames()[0])
+    rows = (changes.where(key.isin(list(devices)))
+            .select("batch_id", "change_type", key.alias("device"),
+                    F.col("value.watermark_us").alias("watermark_us")).collect())
+    out: Dict[int, Dict[str, Optional[int]]] = {}
+    for r in rows:
+        wm = r.watermark_us if r.change_type == "update" and r.watermark_us != _UNDEFINED else None
+        out.setdefault(r.batch_id, {})[r.device] = wm
+    return out
+
+
+def _batch_ids(progress: Sequence[dict]) -> List[int]:
+    return sorted({p["batchId"] for p in progress})
+
+
+def watermark_timeline(spark: SparkSession, workdir: Path, devices: Dict[str, str],
+                       progress: Dict[str, List[dict]]) -> dict:
+    """Per micro-batch, at its arrival time: the representative devices' watermarks after the
+    batch (keyed run, from its state) and Spark's global watermark of the batch (native run,
+    ``eventTime.watermark`` of its progress). Each is the watermark that closed windows in
+    that micro-batch. Times are seconds since T0 (event time) or of arrival."""
+    keyed_chk, global_chk = workdir / "checkpoints" / "keyed", workdir / "checkpoints" / "global"
+    changes = _key_state_changes(spark, keyed_chk, list(devices.values()))
+    current: Dict[str, Optional[int]] = {d: None for d in devices.values()}
+    keyed = []
+    for b in _batch_ids(progress["keyed"]):
+        current.update(changes.get(b, {}))  # a batch that did not touch a key keeps its value
+        keyed.append({"batch_id": b, "arrival_s": _arrival_of_batch(keyed_chk, b),
+                      "watermark_us": dict(current)})
+    native = {}
+    for p in progress["global"]:  # an idle report repeats its batch: keep one per batch
+        wm = dt.datetime.fromisoformat(p["eventTime"]["watermark"].replace("Z", "+00:00"))
+        native[p["batchId"]] = int(wm.timestamp() * 1000)
+    glob = [{"batch_id": b, "arrival_s": _arrival_of_batch(global_chk, b), "watermark_ms": wm}
+            for b, wm in sorted(native.items())]
+    # The documented reader, for the final values (and as a check of the change feed's).
+    final_rows = (kw.read_key_state(spark, str(keyed_chk), key="device")
+                  .where(F.col("device").isin(list(devices.values())))
+                  .select("device", (F.unix_micros("watermark")).alias("wm")).collect())
+    final_us = {r.device: r.wm for r in final_rows}
+    final_global_ms = glob[-1]["watermark_ms"]
+    return {
+        "devices": devices,
+        "keyed": keyed,
+        "global": glob,
+        "final_keyed_us": final_us,
+        "final_global_ms": final_global_ms,
+        "final_lag_s": {d: None if final_us.get(d) is None
+                        else (final_global_ms * 1000 - final_us[d]) / 1e6
+                        for d in devices.values()},
+        "max_lag_s": _max_lag_s(keyed, glob, devices.values()),
+    }
+
+
+def _max_lag_s(keyed: List[dict], glob: List[dict],
+               devices: Sequence[str]) -> Dict[str, Optional[float]]:
+    """Per device, the most its watermark trailed Spark's global watermark over the run: at
+    each keyed micro-batch, Spark's watermark in the native batch at the same arrival time
+    (the last one at or before it) minus the device's."""
+    out: Dict[str, Optional[float]] = {}
+    for d in devices:
+        lags = []
+        for p in keyed:
+            native = [g["watermark_ms"] for g in glob if g["arrival_s"] <= p["arrival_s"]]
+            if p["watermark_us"][d] is not None and native and native[-1] > 0:
+                lags.append((native[-1] * 1000 - p["watermark_us"][d]) / 1e6)
+        out[d] = max(lags) if lags else None
+    return out
+
+
+def watermark_summary(timeline: dict) -> str:
+    """One line: how far each representative device's watermark trails Spark's global one, at
+    the end of the stream and at most during the run."""
+    def lag(x: Optional[float]) -> str:
+        return "-" if x is None else (f"{x:.0f} s behind" if x >= 0 else f"{-x:.0f} s ahead")
+
+    parts = [f"{cls} {d}: {lag(timeline['final_lag_s'][d])} at the end "
+             f"(at most {lag(timeline['max_lag_s'][d])})"
+             for cls, d in timeline["devices"].items()]
+    return "Per-key watermarks vs Spark's global watermark: " + "; ".join(parts) + "."
+
+
 def _duration_s(text: str) -> int:
     number, unit = text.split()
     return int(number) * {"second": 1, "minute": 60, "hour": 3600}[unit.rstrip("s")]
@@ -419,6 +553,32 @@ def print_report(metrics: dict, cfg: Config, n_batches: int, file=sys.stdout) ->
           f"device's watermark); Spark drops late rows without a per-key report.")
 
 
+def _plot_watermarks(ax, timeline: dict, global_color: str) -> None:
+    """Step lines over arrival time: Spark's global watermark and three devices' own."""
+    def minutes_since_t0(epoch_s: float) -> float:
+        return (epoch_s - T0_EPOCH_S) / 60.0
+
+    g = [(p["arrival_s"] / 60.0, minutes_since_t0(p["watermark_ms"] / 1000.0))
+         for p in timeline["global"] if p["watermark_ms"] > 0]  # Spark's starts at 0
+    ax.step([x for x, _ in g], [y for _, y in g], where="post", color=global_color, lw=2.5,
+            label="Spark global watermark (native query)")
+    colors = {"fast": "#1b9e77", "slow": "#7570b3", "uploader": "#e7298a"}
+    for cls, device in timeline["devices"].items():
+        pts = [(p["arrival_s"] / 60.0, minutes_since_t0(p["watermark_us"][device] / 1e6))
+               for p in timeline["keyed"] if p["watermark_us"][device] is not None]
+        ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color=colors[cls],
+                lw=1.5, label=f"keyed: {cls} device {device}")
+    end = max(p["arrival_s"] for p in timeline["global"]) / 60.0
+    ax.plot([0, end], [0, end], color="grey", lw=0.8, ls=":", label="arrival time")
+    ax.set_xlabel("arrival time (min): the micro-batch's input complete up to then")
+    ax.set_ylabel("watermark (event time, min)")
+    ax.set_title("Watermarks as each micro-batch closes windows: Spark's one global watermark "
+                 "vs each device's own (read from the keyed query's state)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=9)
+
+
 def plot(metrics: dict, cfg: Config, path: Path) -> None:
     import matplotlib
 
@@ -427,7 +587,10 @@ def plot(metrics: dict, cfg: Config, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     colors = {"global": "#d95f02", "keyed": "#1b9e77"}
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.2))
+    fig = plt.figure(figsize=(13, 10.4))
+    grid = fig.add_gridspec(2, 2)
+    ax1, ax2 = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+    _plot_watermarks(fig.add_subplot(grid[1, :]), metrics["key_watermarks"], colors["global"])
     groups = list(CLASSES) + ["all"]
     width = 0.38
     for i, method in enumerate(METHODS):
@@ -537,12 +700,15 @@ def main(argv: Optional[Sequence[str]] = None, spark: Optional[SparkSession] = N
         if own_session:
             spark = _session()
         print("Running both streaming queries over the same files:", flush=True)
-        timings = run_side_by_side(spark, workdir / "input", workdir, cfg)
+        timings, progress = run_side_by_side(spark, workdir / "input", workdir, cfg)
         streaming_s = sum(timings.values())
         metrics = compute_metrics(spark, workdir / "input", workdir, cfg, device_class, len(events))
         metrics["micro_batch_files"] = len(files)
         metrics["config"] = asdict(cfg)
+        metrics["key_watermarks"] = watermark_timeline(
+            spark, workdir, representative_devices(device_class), progress)
         print_report(metrics, cfg, len(files))
+        print(watermark_summary(metrics["key_watermarks"]))
         if args.out is not None:
             plot(metrics, cfg, args.out)
             metrics["plot"] = str(args.out)
