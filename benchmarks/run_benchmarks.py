@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""End-to-end benchmark: keyed watermarks against Spark's native watermark aggregation, a
-pure-Python keyed implementation and a stateless lower bound, on the same generated IoT data.
+"""End-to-end benchmark: keyed watermarks against Spark's native watermark aggregation, two
+pure-Python keyed implementations (applyInPandasWithState, transformWithStateInPandas), a
+stateless lower bound and, optionally, Apache Flink's TUMBLE, on the same generated IoT data.
 
-    .venv/bin/python benchmarks/run_benchmarks.py            # full run (~9.5 min on 2 quiet cores)
-    .venv/bin/python benchmarks/run_benchmarks.py --quick    # smoke test (< 2 min)
+    .venv/bin/python benchmarks/run_benchmarks.py            # full run
+    .venv/bin/python benchmarks/run_benchmarks.py --quick    # smoke test (~3 min)
     .venv/bin/python benchmarks/run_benchmarks.py --spark 4.0 --methods native,keyed  # on Spark 4.0
+    .venv/bin/python benchmarks/run_benchmarks.py --with-flink   # + Flink (benchmarks/flink_setup)
+    .venv/bin/python benchmarks/run_benchmarks.py --latency      # 1 s trigger latency (latency.py)
 
 See benchmarks/README.md for what is measured and how. Results: a markdown table on stdout and
 in benchmarks/results/latest.md (--quick: benchmarks/results/quick.md), raw numbers next to it
@@ -186,10 +189,27 @@ def generate(cfg: Config, input_dir: Path, span_us: int = BATCH_SPAN_US,
     open_keyed = _distinct_pairs(dev, start, start + WINDOW_US > key_max[dev] - LATENESS_US)
     # Native: Spark keeps the (key, window) groups whose end > global max - L.
     open_native = _distinct_pairs(dev, start, start + WINDOW_US > ts.max() - LATENESS_US)
+    late_keyed = keyed_late_rows(cfg.keys, dev, ts, np.concatenate(all_batch))
     return {"open_keyed": open_keyed, "open_native": open_native,
             "keys_seen": int(len(np.unique(dev))),
+            "late_keyed": late_keyed,
             # for closing_file(): device index, event time, file (= data micro-batch) per row
             "rows": (dev, ts, np.concatenate(all_batch))}
+
+
+def keyed_late_rows(keys: int, dev: np.ndarray, ts: np.ndarray, batch: np.ndarray) -> int:
+    """Rows ours drops as late with one file per micro-batch: a row whose window end <= its
+    key's watermark at the start of the batch (docs/semantics.md). The harness checks it against
+    the query's own `late_rows` metric (main), so Flink's accuracy can be set next to ours."""
+    end = ts - np.mod(ts, WINDOW_US) + WINDOW_US
+    key_max = np.full(keys, np.iinfo(np.int64).min // 2)
+    late = 0
+    bounds = np.searchsorted(batch, np.arange(int(batch.max()) + 2))  # rows are in batch order
+    for b in range(len(bounds) - 1):
+        sl = slice(bounds[b], bounds[b + 1])
+        late += int((end[sl] <= key_max[dev[sl]] - LATENESS_US).sum())
+        np.maximum.at(key_max, dev[sl], ts[sl])
+    return late
 
 
 def _distinct_pairs(dev: np.ndarray, start: np.ndarray, mask: np.ndarray) -> int:
@@ -279,6 +299,8 @@ class Run:
     # CPU time (user + system) of the driver JVM during the run (local mode: the tasks too;
     # not the Python workers): less sensitive than wall time to other load on the machine
     jvm_cpu_s: Optional[float] = None
+    # ours: late rows dropped, summed over the batches' `kw.metrics(...)["late_rows"]`
+    late_rows: Optional[int] = None
 
 
 def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> Run:
@@ -314,9 +336,11 @@ def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> R
             for k, v in (op.get("customMetrics") or {}).items():
                 custom[k] = custom.get(k, 0) + v
     shutil.rmtree(ckpt, ignore_errors=True)
+    late = (sum(kw.metrics(p).get("late_rows") or 0 for p in progress)
+            if method == "keyed" else None)
     return Run(wall, rows, len(progress), output_rows, heap.peak, state_rows, state_mem, custom,
                batch_times(progress),
-               cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
+               cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None, late)
 
 
 def process_cpu_s(pid: int) -> Optional[float]:
@@ -564,6 +588,59 @@ def stop_recording(recording) -> Path:
     return path
 
 
+# ----------------------------------------------------------------------------- Flink
+
+
+FLINK_PYTHON = HERE.parent / "build" / "flink-venv" / "bin" / "python"
+
+
+def run_flink(input_dir: Path, runs: int, work: Path, name: str) -> Dict[str, object]:
+    """flink_tumble.py in its own venv (benchmarks/flink_setup) on the configuration's files:
+    one warm-up and `runs` timed runs into Flink's blackhole sink, then one collecting run."""
+    import subprocess
+
+    out = work / f"flink-{name}.json"
+    logf = work / f"flink-{name}.log"
+    with open(logf, "w") as lf:
+        proc = subprocess.run([str(FLINK_PYTHON), str(HERE / "flink_tumble.py"), "--input",
+                               str(input_dir), "--runs", str(runs), "--json-out", str(out)],
+                              stdout=lf, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = logf.read_text().splitlines()[-30:]
+        raise RuntimeError(f"flink_tumble.py failed (exit {proc.returncode}):\n" + "\n".join(tail))
+    return json.loads(out.read_text())
+
+
+def flink_markdown(rows: List[Dict[str, object]], native: Dict[str, float]) -> List[str]:
+    if not rows:
+        return []
+    lines = [
+        "", "Apache Flink reference (`--with-flink`, benchmarks/flink_tumble.py): Flink SQL "
+        "`TUMBLE(ets, 10 s)` with `WATERMARK FOR ets AS ets - INTERVAL '5' SECOND` over the same "
+        "parquet files (bounded filesystem source, parallelism 2, blackhole sink), one "
+        "watermark per source split (file), not per device; at the end of the bounded input "
+        "every window fires, rows behind the watermark are dropped. *in windows* = rows counted "
+        "in Flink's windows / input rows; *ours aggregated* = input rows - rows ours drops as "
+        "late (checked against our `late_rows` metric) / input rows.", "",
+        "| config | Flink | timed runs | warm-up s | median s | min–max s | rows/s | vs native "
+        "| windows | in windows | ours aggregated |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        f = r["flink"]
+        total = r["total_rows"]
+        ratio = native.get(r["config"])
+        ratio_s = f"{ratio / f['median_s']:.2f}x" if ratio else "–"
+        lines.append(
+            f"| {r['config']} | {f['flink']} | {len(f['runs_s'])} | {f['warmup_s']:.2f} "
+            f"| {f['median_s']:.2f} | {min(f['runs_s']):.2f}–{max(f['runs_s']):.2f} "
+            f"| {total / f['median_s']:,.0f} | {ratio_s} "
+            f"| {f['windows']:,} | {f['rows_in_windows']:,} of {total:,} "
+            f"({f['rows_in_windows'] / total:.2%}) "
+            f"| {total - r['late_keyed']:,} ({(total - r['late_keyed']) / total:.2%}) |")
+    return lines
+
+
 # ----------------------------------------------------------------------------- latency mode
 
 
@@ -712,6 +789,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--spark", default=None, metavar="MINOR",
                    help="run on this Spark line (4.0, 4.1, 4.2, 4.3) with its venv (dev/venv) "
                         "and its keyed-watermarks jar; results default to results/spark-MINOR.md")
+    p.add_argument("--with-flink", action="store_true",
+                   help="add the Apache Flink reference row per configuration (Flink SQL TUMBLE "
+                        "in build/flink-venv; set it up with benchmarks/flink_setup)")
     p.add_argument("--latency", action="store_true",
                    help="latency mode instead of throughput: one parquet file per second into "
                         "the input directory, trigger(processingTime='1 second'); p50/p95 batch "
@@ -731,7 +811,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     if args.quick:
         args.runs = 1
         if args.latency:
-            args.rate, args.duration, args.latency_keys, args.latency_warmup = 200, 15, 100, 3.0
+            args.rate, args.duration, args.latency_keys, args.latency_warmup = 500, 30, 100, 5.0
     return args
 
 
@@ -785,6 +865,9 @@ def main(argv: List[str]) -> int:
             raise SystemExit(f"unknown method {m!r}; choose from {METHODS}")
     if args.latency:
         return main_latency(args, methods, argv)
+    if args.with_flink and not FLINK_PYTHON.exists():
+        raise SystemExit("--with-flink: build/flink-venv is missing; run benchmarks/flink_setup")
+    flink_rows: List[Dict[str, object]] = []
     configs = configurations(args)
     if not configs:
         raise SystemExit("no configuration selected")
@@ -822,6 +905,9 @@ def main(argv: List[str]) -> int:
                 w = run_once(spark, m, input_dir, work)
                 if w.input_rows != cfg.total_rows:
                     raise RuntimeError(f"{m}: read {w.input_rows} rows, expected {cfg.total_rows}")
+                if w.late_rows is not None and w.late_rows != info["late_keyed"]:
+                    raise RuntimeError(f"{m}: dropped {w.late_rows} late rows, the data says "
+                                       f"{info['late_keyed']} (keyed_late_rows)")
                 open_windows = {"native": info["open_native"], "keyed": info["open_keyed"],
                                 "python": info["open_keyed"],
                                 "python_tws": info["open_keyed"]}.get(m)
@@ -855,6 +941,11 @@ def main(argv: List[str]) -> int:
                     r.emission = emission_delay(m, emitted, info["rows"], cfg.keys, timed)
                     log(f"{cfg.name} {m}: emission delay {r.emission}")
             results.extend(per_method[m] for m in cfg_methods)
+            if args.with_flink:
+                f = run_flink(input_dir, args.runs, work, str(ci))
+                flink_rows.append({"config": cfg.name, "total_rows": cfg.total_rows,
+                                   "late_keyed": info["late_keyed"], "flink": f})
+                log(f"{cfg.name} flink: {f}")
             shutil.rmtree(input_dir, ignore_errors=True)
     finally:
         jvm_version = spark.sparkContext._jvm.System.getProperty("java.version")
@@ -920,14 +1011,16 @@ def main(argv: List[str]) -> int:
                   f"{', '.join(skipped)} (more than "
                   f"{args.python_max_keys:,} keys: one group call per key and batch makes it "
                   "minutes per run; include it with --python-max-keys)."]
-    report = markdown(results, header, notes)
+    native_median = {r.config: r.median for r in results if r.method == "native"}
+    report = markdown(results, header, notes + flink_markdown(flink_rows, native_median))
     print(report)
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text(report)
     raw = [{"config": r.config, "method": r.method, "total_rows": r.total_rows,
             "open_windows": r.open_windows, "emission": r.emission, "warmup": asdict(r.warmup),
             "runs": [asdict(x) for x in r.runs]} for r in results]
-    out_md.with_suffix(".json").write_text(json.dumps({"command": command, "results": raw}, indent=1))
+    out_md.with_suffix(".json").write_text(
+        json.dumps({"command": command, "results": raw, "flink": flink_rows}, indent=1))
     log(f"wrote {out_md} and {out_md.with_suffix('.json')} ({elapsed / 60:.1f} min)")
     return 0
 
