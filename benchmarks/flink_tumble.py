@@ -9,13 +9,13 @@ imported by the Spark harness, which starts it as a subprocess (``run_benchmarks
     build/flink-venv/bin/python benchmarks/flink_tumble.py --input DIR --runs 3
 
 The query is what a Flink user writes for the same job: a bounded filesystem source with
-``WATERMARK FOR ets AS ets - INTERVAL '5' SECOND`` (``ets``: ``ts`` in ms) (one watermark per source split, i.e. per file,
-combined as their minimum, not one per device), ``TUMBLE(..., INTERVAL '10' SECOND)``,
+``WATERMARK FOR ets AS ets - INTERVAL '5' SECOND`` (``ets``: ``ts`` in ms; one watermark per
+source split, i.e. per file, not one per device), ``TUMBLE(..., INTERVAL '10' SECOND)``,
 ``COUNT(*)`` and ``AVG(temp)`` per device and window. At the end of bounded input Flink emits
 the final watermark, so every window fires; rows behind the watermark are dropped silently by
 the window operator. So the *accuracy* reported is rows counted in windows / input rows. The
 filesystem source does not read the files in name (arrival) order, and a split read early that
-holds late event times moves the watermark past rows of files read after it; ``--one-split``
+holds later event times moves the watermark past rows of files read after it; ``--one-split``
 concatenates the files in arrival order into one file first, so that the watermark is the
 stream's global one (as with one Kafka partition).
 
