@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""End-to-end benchmark: keyed watermarks against Spark's native watermark aggregation, a
-pure-Python keyed implementation and a stateless lower bound, on the same generated IoT data.
+"""End-to-end benchmark: keyed watermarks against Spark's native watermark aggregation, two
+pure-Python keyed implementations (applyInPandasWithState, transformWithStateInPandas), a
+stateless lower bound and, optionally, Apache Flink's TUMBLE, on the same generated IoT data.
 
-    .venv/bin/python benchmarks/run_benchmarks.py            # full run (~9.5 min on 2 quiet cores)
-    .venv/bin/python benchmarks/run_benchmarks.py --quick    # smoke test (< 2 min)
+    .venv/bin/python benchmarks/run_benchmarks.py            # full run
+    .venv/bin/python benchmarks/run_benchmarks.py --quick    # smoke test (~3 min)
     .venv/bin/python benchmarks/run_benchmarks.py --spark 4.0 --methods native,keyed  # on Spark 4.0
+    .venv/bin/python benchmarks/run_benchmarks.py --with-flink   # + Flink (benchmarks/flink_setup)
+    .venv/bin/python benchmarks/run_benchmarks.py --latency      # 1 s trigger latency (latency.py)
 
 See benchmarks/README.md for what is measured and how. Results: a markdown table on stdout and
 in benchmarks/results/latest.md (--quick: benchmarks/results/quick.md), raw numbers next to it
@@ -76,7 +79,9 @@ from pyspark.sql import DataFrame, SparkSession, functions as F  # noqa: E402
 from pyspark.sql.streaming import DataStreamWriter  # noqa: E402
 
 import keyed_watermarks as kw  # noqa: E402
+import latency  # noqa: E402
 from python_keyed import python_keyed_windows  # noqa: E402
+from python_tws import python_tws_windows  # noqa: E402
 
 SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE"
 WINDOW, WINDOW_US = "10 seconds", 10_000_000
@@ -89,11 +94,15 @@ DELAYED_FRACTION = 0.2  # rows that arrive out of order ...
 MEAN_DELAY_US = 1_000_000  # ... by an exponential delay (mean 1 s) ...
 MAX_DELAY_US = 8_000_000  # ... capped at 8 s (a few end up behind their key's watermark)
 
-METHODS = ["native", "keyed", "python", "stateless"]
+METHODS = ["native", "keyed", "python", "python_tws", "stateless"]
+# The pure-Python competitors: one Python call per key and micro-batch (--python-max-keys), and
+# their output is checked against ours before timing (check_competitors).
+PYTHON_METHODS = ("python", "python_tws")
 METHOD_TITLES = {
     "native": "Spark native withWatermark + groupBy(device, window)",
     "keyed": "keyed-watermarks (ours)",
     "python": "pure-Python keyed (applyInPandasWithState)",
+    "python_tws": "pure-Python keyed (transformWithStateInPandas, value + map state)",
     "stateless": "limit: stateless groupBy(device, window) per batch (foreachBatch)",
 }
 
@@ -136,11 +145,12 @@ def _k(n: int) -> str:
     return f"{n // 1_000_000}M keys" if n >= 1_000_000 else f"{n // 1_000}k keys"
 
 
-def generate(cfg: Config, input_dir: Path) -> Dict[str, float]:
+def generate(cfg: Config, input_dir: Path, span_us: int = BATCH_SPAN_US,
+             set_mtimes: bool = True) -> Dict[str, float]:
     """Writes cfg.batches parquet files (one per micro-batch, mtimes increasing).
 
-    Row i of the stream has event time T0 + i * BATCH_SPAN / rows_per_batch (so every batch
-    covers BATCH_SPAN of event time), minus a delay for DELAYED_FRACTION of the rows; its device
+    Row i of the stream has event time T0 + i * span_us / rows_per_batch (so every batch
+    covers span_us of event time, BATCH_SPAN by default), minus a delay for DELAYED_FRACTION of the rows; its device
     is drawn uniformly from cfg.keys devices. So each device's events are mostly in order, with
     a little out-of-orderness. Returns the open (key, window) counts each semantics leaves in
     state at the end (for state bytes per open window).
@@ -153,7 +163,7 @@ def generate(cfg: Config, input_dir: Path) -> Dict[str, float]:
         n = cfg.rows_per_batch
         i = np.arange(b * n, (b + 1) * n, dtype=np.int64)
         dev = rng.integers(0, cfg.keys, n)
-        ts = T0_US + (i * BATCH_SPAN_US) // n
+        ts = T0_US + (i * span_us) // n
         delay = np.minimum(rng.exponential(MEAN_DELAY_US, n), MAX_DELAY_US).astype(np.int64)
         ts = ts - np.where(rng.random(n) < DELAYED_FRACTION, delay, 0)
         temp = 20.0 + 5.0 * np.sin(dev / 7.0) + rng.normal(0.0, 0.5, n)
@@ -164,7 +174,8 @@ def generate(cfg: Config, input_dir: Path) -> Dict[str, float]:
         })
         path = input_dir / f"batch-{b:05d}.parquet"
         pq.write_table(table, path)
-        os.utime(path, (1_000_000 + b, 1_000_000 + b))  # the file source orders by mtime
+        if set_mtimes:  # the file source orders by mtime
+            os.utime(path, (1_000_000 + b, 1_000_000 + b))
         all_dev.append(dev)
         all_ts.append(ts)
         all_batch.append(np.full(n, b, dtype=np.int32))
@@ -178,10 +189,27 @@ def generate(cfg: Config, input_dir: Path) -> Dict[str, float]:
     open_keyed = _distinct_pairs(dev, start, start + WINDOW_US > key_max[dev] - LATENESS_US)
     # Native: Spark keeps the (key, window) groups whose end > global max - L.
     open_native = _distinct_pairs(dev, start, start + WINDOW_US > ts.max() - LATENESS_US)
+    late_keyed = keyed_late_rows(cfg.keys, dev, ts, np.concatenate(all_batch))
     return {"open_keyed": open_keyed, "open_native": open_native,
             "keys_seen": int(len(np.unique(dev))),
+            "late_keyed": late_keyed,
             # for closing_file(): device index, event time, file (= data micro-batch) per row
             "rows": (dev, ts, np.concatenate(all_batch))}
+
+
+def keyed_late_rows(keys: int, dev: np.ndarray, ts: np.ndarray, batch: np.ndarray) -> int:
+    """Rows ours drops as late with one file per micro-batch: a row whose window end <= its
+    key's watermark at the start of the batch (docs/semantics.md). The harness checks it against
+    the query's own `late_rows` metric (main), so Flink's accuracy can be set next to ours."""
+    end = ts - np.mod(ts, WINDOW_US) + WINDOW_US
+    key_max = np.full(keys, np.iinfo(np.int64).min // 2)
+    late = 0
+    bounds = np.searchsorted(batch, np.arange(int(batch.max()) + 2))  # rows are in batch order
+    for b in range(len(bounds) - 1):
+        sl = slice(bounds[b], bounds[b + 1])
+        late += int((end[sl] <= key_max[dev[sl]] - LATENESS_US).sum())
+        np.maximum.at(key_max, dev[sl], ts[sl])
+    return late
 
 
 def _distinct_pairs(dev: np.ndarray, start: np.ndarray, mask: np.ndarray) -> int:
@@ -208,11 +236,13 @@ def result_frame(method: str, events: DataFrame) -> DataFrame:
                 .window(WINDOW).agg(*aggregates()))
     if method == "python":
         return python_keyed_windows(events, LATENESS_US, WINDOW_US)
+    if method == "python_tws":
+        return python_tws_windows(events, LATENESS_US, WINDOW_US)
     raise ValueError(method)
 
 
 def writer_for(method: str, events: DataFrame) -> DataStreamWriter:
-    if method in ("native", "keyed", "python"):
+    if method in ("native", "keyed") + PYTHON_METHODS:
         return result_frame(method, events).writeStream.format("noop").outputMode("append")
     if method == "stateless":
         def per_batch(batch: DataFrame, batch_id: int) -> None:
@@ -269,6 +299,8 @@ class Run:
     # CPU time (user + system) of the driver JVM during the run (local mode: the tasks too;
     # not the Python workers): less sensitive than wall time to other load on the machine
     jvm_cpu_s: Optional[float] = None
+    # ours: late rows dropped, summed over the batches' `kw.metrics(...)["late_rows"]`
+    late_rows: Optional[int] = None
 
 
 def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> Run:
@@ -304,9 +336,11 @@ def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> R
             for k, v in (op.get("customMetrics") or {}).items():
                 custom[k] = custom.get(k, 0) + v
     shutil.rmtree(ckpt, ignore_errors=True)
+    late = (sum(kw.metrics(p).get("late_rows") or 0 for p in progress)
+            if method == "keyed" else None)
     return Run(wall, rows, len(progress), output_rows, heap.peak, state_rows, state_mem, custom,
                batch_times(progress),
-               cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
+               cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None, late)
 
 
 def process_cpu_s(pid: int) -> Optional[float]:
@@ -421,31 +455,42 @@ def emission_delay(method: str, emitted, rows, keys: int, timed: Optional["Run"]
 # ----------------------------------------------------------------------------- check
 
 
-def check_competitor(spark: SparkSession, input_dir: Path, work: Path) -> str:
-    """The pure-Python competitor must emit the same windows, with the same values, as ours."""
+def check_competitors(spark: SparkSession, input_dir: Path, work: Path,
+                      competitors: List[str]) -> str:
+    """Each pure-Python competitor must emit the same windows, with the same counts and averages,
+    as ours (all windows closed by the end of the data, in memory sinks, AvailableNow)."""
     results = {}
-    for method, build in [
-        ("keyed", lambda ev: kw.keyed_watermark(ev, key="device", event_time="ts",
-                                                lateness=LATENESS).window(WINDOW).agg(*aggregates())),
-        ("python", lambda ev: python_keyed_windows(ev, LATENESS_US, WINDOW_US)),
-    ]:
+    for method in ["keyed"] + competitors:
         ev = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(input_dir))
         name = f"kwcheck_{method}_{int(time.time() * 1000)}"
-        q = (build(ev).writeStream.format("memory").queryName(name).outputMode("append")
+        q = (result_frame(method, ev).writeStream.format("memory").queryName(name)
+             .outputMode("append")
              .option("checkpointLocation", tempfile.mkdtemp(prefix="check-", dir=work))
              .trigger(availableNow=True).start())
         q.awaitTermination()
+        if q.exception() is not None:
+            raise RuntimeError(f"competitor check: {method} failed: {q.exception()}")
         rows = spark.sql(f"SELECT device, window.start AS s, n, avg_temp FROM {name}").collect()
+        spark.catalog.dropTempView(name)
         results[method] = {(r.device, r.s): (r.n, r.avg_temp) for r in rows}
-    a, b = results["keyed"], results["python"]
-    if a.keys() != b.keys():
-        raise AssertionError(f"competitor check: windows differ: {len(a)} ours vs {len(b)} python, "
-                             f"e.g. {sorted(a.keys() ^ b.keys())[:3]}")
-    for k in a:
-        (n1, v1), (n2, v2) = a[k], b[k]
-        if n1 != n2 or abs(v1 - v2) > 1e-9 * max(1.0, abs(v1)):
-            raise AssertionError(f"competitor check: {k}: ours {a[k]} vs python {b[k]}")
-    return f"the pure-Python competitor emitted the same {len(a)} windows with the same values as ours"
+        if len(results[method]) != len(rows):
+            raise AssertionError(f"competitor check: {method} emitted a window more than once")
+    a = results["keyed"]
+    if not a:
+        raise AssertionError("competitor check: ours emitted no window (the data closes none?)")
+    for method in competitors:
+        b = results[method]
+        if a.keys() != b.keys():
+            raise AssertionError(
+                f"competitor check: windows differ: {len(a)} ours vs {len(b)} {method}, "
+                f"e.g. {sorted(a.keys() ^ b.keys())[:3]}")
+        for k in a:
+            (n1, v1), (n2, v2) = a[k], b[k]
+            if n1 != n2 or abs(v1 - v2) > 1e-9 * max(1.0, abs(v1)):
+                raise AssertionError(f"competitor check: {k}: ours {a[k]} vs {method} {b[k]}")
+    return (f"the pure-Python competitor{'s' if len(competitors) > 1 else ''} "
+            f"({', '.join(competitors)}) emitted the same {len(a)} windows "
+            f"({sum(n for n, _ in a.values()):,} rows) with the same counts and averages as ours")
 
 
 # ----------------------------------------------------------------------------- report
@@ -543,6 +588,223 @@ def stop_recording(recording) -> Path:
     return path
 
 
+# ----------------------------------------------------------------------------- Flink
+
+
+FLINK_PYTHON = HERE.parent / "build" / "flink-venv" / "bin" / "python"
+
+
+def run_flink(input_dir: Path, runs: int, work: Path, name: str,
+              extra: Optional[List[str]] = None) -> Dict[str, object]:
+    """flink_tumble.py in its own venv (benchmarks/flink_setup) on the configuration's files:
+    one warm-up and `runs` timed runs into Flink's blackhole sink (none if runs == 0), then one
+    collecting run."""
+    import subprocess
+
+    out = work / f"flink-{name}.json"
+    logf = work / f"flink-{name}.log"
+    with open(logf, "w") as lf:
+        proc = subprocess.run([str(FLINK_PYTHON), str(HERE / "flink_tumble.py"), "--input",
+                               str(input_dir), "--runs", str(runs), "--json-out", str(out)]
+                              + (extra or []), stdout=lf, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = logf.read_text().splitlines()[-30:]
+        raise RuntimeError(f"flink_tumble.py failed (exit {proc.returncode}):\n" + "\n".join(tail))
+    return json.loads(out.read_text())
+
+
+def delayed_devices_accuracy(spark: SparkSession, work: Path, quick: bool) -> Dict[str, object]:
+    """Accuracy on the IoT demo's stream (examples/iot_demo.py: fast, slow and batch-uploading
+    devices whose rows arrive minutes late, in order; 1-minute windows, 30 s lateness): the
+    demo runs Spark's global watermark and ours on its files (its own metrics), then Flink's
+    TUMBLE counts the rows of the same files in its windows."""
+    sys.path.insert(0, str(HERE.parent / "examples"))
+    import iot_demo
+
+    demo_dir = work / "iot-demo"
+    argv = ["--workdir", str(demo_dir), "--out", str(work / "iot-demo.png")]
+    metrics = iot_demo.main(argv + (["--quick"] if quick else []), spark=spark)
+    cfg = metrics["config"]
+    window_s = metrics["window_s"]
+    lateness_s = iot_demo._duration_s(cfg["lateness"])
+    flink_args = ["--window", str(window_s), "--lateness", str(lateness_s)]
+    flink = run_flink(demo_dir / "input", 0, work, "iot-demo", flink_args)
+    flink_one = run_flink(demo_dir / "input", 0, work, "iot-demo-one-split",
+                          flink_args + ["--one-split"])
+    keyed, glob = metrics["methods"]["keyed"], metrics["methods"]["global"]
+    return {"events": metrics["events"], "devices": metrics["devices"], "window_s": window_s,
+            "lateness_s": lateness_s, "files": metrics["micro_batch_files"], "flink": flink, "flink_one_split": flink_one,
+            "keyed_late_rows": keyed["late_rows_reported"],
+            "keyed_pct_closed": keyed["pct_events_counted_closed"],
+            "global_pct_closed": glob["pct_events_counted_closed"]}
+
+
+def delayed_devices_markdown(acc: Optional[Dict[str, object]]) -> List[str]:
+    if not acc:
+        return []
+    n = acc["events"]
+    f, f1 = acc["flink"], acc["flink_one_split"]
+    ours = n - acc["keyed_late_rows"]
+    return [
+        "", f"Accuracy on the delayed-devices stream (`--with-flink`; the IoT demo's data, "
+        f"examples/iot_demo.py: {sum(acc['devices'].values())} devices "
+        f"({', '.join(f'{v} {k}' for k, v in acc['devices'].items())}), {n:,} events in {acc['files']} files, "
+        f"batch uploaders' rows minutes late; {acc['window_s']} s windows, {acc['lateness_s']} s "
+        "lateness): *Flink rows in windows* = rows Flink counted in its windows (every window "
+        "fires at the end of the bounded input) / input rows, reading the files as they are "
+        "(one split per file, in the source's order, not the arrival order) and as one file "
+        "concatenated in arrival order (`--one-split`: the stream's global watermark); *ours aggregated* = input rows - our "
+        "`late_rows` metric; *in the windows ours closed* = the demo's own measure (rows counted "
+        "in the windows ours emitted, over the true rows of those windows) for Spark's global "
+        "watermark and ours.", "",
+        "| events | Flink rows in windows, split per file | Flink, one split | ours aggregated "
+        "| Spark global, in the windows ours closed | ours, in the windows ours closed |",
+        "|---:|---:|---:|---:|---:|---:|",
+        f"| {n:,} | {f['rows_in_windows']:,} ({f['rows_in_windows'] / n:.2%}) "
+        f"| {f1['rows_in_windows']:,} ({f1['rows_in_windows'] / n:.2%}) "
+        f"| {ours:,} ({ours / n:.2%}) | {acc['global_pct_closed']:.2f}% "
+        f"| {acc['keyed_pct_closed']:.2f}% |",
+    ]
+
+
+def flink_markdown(rows: List[Dict[str, object]], native: Dict[str, float]) -> List[str]:
+    if not rows:
+        return []
+    lines = [
+        "", "Apache Flink reference (`--with-flink`, benchmarks/flink_tumble.py): Flink SQL "
+        "`TUMBLE(ets, 10 s)` with `WATERMARK FOR ets AS ets - INTERVAL '5' SECOND` over the same "
+        "parquet files (bounded filesystem source, parallelism 2, blackhole sink), one "
+        "watermark per source split (file), not per device; at the end of the bounded input "
+        "every window fires, rows behind the watermark are dropped. *in windows* = rows counted "
+        "in Flink's windows / input rows; *ours aggregated* = input rows - rows ours drops as "
+        "late (checked against our `late_rows` metric) / input rows.", "",
+        "| config | Flink | timed runs | warm-up s | median s | min–max s | rows/s | vs native "
+        "| windows | in windows | ours aggregated |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        f = r["flink"]
+        total = r["total_rows"]
+        ratio = native.get(r["config"])
+        ratio_s = f"{ratio / f['median_s']:.2f}x" if ratio else "–"
+        lines.append(
+            f"| {r['config']} | {f['flink']} | {len(f['runs_s'])} | {f['warmup_s']:.2f} "
+            f"| {f['median_s']:.2f} | {min(f['runs_s']):.2f}–{max(f['runs_s']):.2f} "
+            f"| {total / f['median_s']:,.0f} | {ratio_s} "
+            f"| {f['windows']:,} | {f['rows_in_windows']:,} of {total:,} "
+            f"({f['rows_in_windows'] / total:.2%}) "
+            f"| {total - r['late_keyed']:,} ({(total - r['late_keyed']) / total:.2%}) |")
+    return lines
+
+
+# ----------------------------------------------------------------------------- latency mode
+
+
+def main_latency(args: argparse.Namespace, methods: List[str], argv: List[str]) -> int:
+    """--latency: the same files fed at one per second to each method in turn (latency.py)."""
+    if "stateless" in methods:
+        raise SystemExit("--latency: 'stateless' emits no windows; choose stateful methods")
+    command = " ".join([".venv/bin/python", "benchmarks/run_benchmarks.py"] + [shlex.quote(a) for a in argv])
+    out_md = Path(args.out) if args.out else HERE / "results" / (
+        "latency-quick.md" if args.quick else "latency.md")
+    # Event time advances one second per file, i.e. at the pace of the wall clock.
+    cfg = Config(f"latency/{_k(args.latency_keys) if args.latency_keys >= 1000 else args.latency_keys}",
+                 "1 s trigger", args.rate, args.duration, args.latency_keys, seed=31)
+    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="kw-latency-"))
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    spark = build_session(args.driver_memory, args.changelog_checkpointing, jar=args.jar)
+    per_method: Dict[str, List[Dict[str, object]]] = {m: [] for m in methods}
+    try:
+        staging = work / "latency-data"
+        info = generate(cfg, staging, span_us=1_000_000, set_mtimes=False)
+        files = sorted(staging.glob("batch-*.parquet"))
+        log(f"{cfg.name}: generated {len(files)} files x {cfg.rows_per_batch:,} rows")
+        for i in range(args.runs):  # round-robin, so machine noise hits the methods alike
+            for m in methods:
+                run = latency.latency_run(spark, SCHEMA, lambda ev, m=m: result_frame(m, ev),
+                                          files, work, m)
+                t = run["emitted"]
+                close = np.zeros(0, np.int64)
+                if t is not None:
+                    dev = np.array([int(d.rsplit("-", 1)[1]) for d in t.column("device").to_pylist()],
+                                   np.int64)
+                    start = t.column("start").to_numpy().astype(np.int64)
+                    close = closing_file(m, info["rows"], cfg.keys, dev, start)
+                summary = latency.summarise(run, close, args.latency_warmup, cfg.total_rows)
+                per_method[m].append({"summary": summary, "run": run, "close": close})
+                log(f"{cfg.name} {m}: run {i + 1}: {summary}")
+                if summary["rows_read"] != cfg.total_rows:
+                    raise RuntimeError(f"{m}: read {summary['rows_read']} rows, fed {cfg.total_rows}")
+                if summary.get("negative"):
+                    raise RuntimeError(f"{m}: {summary['negative']} windows out before their "
+                                       "closing rows arrived")
+    finally:
+        jvm_version = spark.sparkContext._jvm.System.getProperty("java.version")
+        spark_version = spark.version
+        spark.stop()
+        if not args.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+    elapsed = time.time() - started
+    lines = [
+        "# keyed-watermarks latency at a 1-second trigger", "",
+        f"Command: `{command}`", "",
+        f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; total time "
+        f"{elapsed / 60:.1f} min",
+        f"- Machine: {os.cpu_count()} CPUs, {platform.platform()}, Java {jvm_version}, Spark "
+        f"{spark_version}, load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}",
+        f"- Input: {args.rate:,} rows/s as one parquet file per second for {args.duration} s "
+        f"({cfg.total_rows:,} rows), {cfg.keys:,} devices, event time advancing 1 s per file, "
+        f"{DELAYED_FRACTION:.0%} of rows delayed (exponential, mean {MEAN_DELAY_US / 1e6:g} s, cap "
+        f"{MAX_DELAY_US / 1e6:g} s); window {WINDOW}, lateness {LATENESS}",
+        f"- Spark: local[2], 2 shuffle partitions, RocksDB state store, "
+        f"trigger(processingTime='1 second'), no maxFilesPerTrigger, foreachBatch sink recording "
+        f"the emitted windows; {args.runs} run(s) per method, round-robin; the first "
+        f"{args.latency_warmup:g} s of each run left out", "",
+        "| method | runs | batches | batch ms p50 / p95 / max | windows out (timed) "
+        "| input-to-output ms p50 / p95 / max |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    raw = {}
+    for m in methods:
+        runs = per_method[m]
+        dur, lat = [], []
+        for r in runs:
+            arrival = np.array(r["run"]["arrival_ms"], np.float64)
+            cutoff = arrival[0] + args.latency_warmup * 1000.0
+            dur += [b["ms"] for b in r["run"]["batches"] if b["start_ms"] >= cutoff]
+            t = r["run"]["emitted"]
+            if t is not None:
+                by_id = {b["id"]: b for b in r["run"]["batches"]}
+                close = r["close"]
+                for b, f in zip(t.column("batch_id").to_pylist(), close.tolist()):
+                    if f >= 0 and arrival[f] >= cutoff:
+                        lat.append(by_id[b]["end_ms"] - arrival[f])
+        d, la = np.array(dur, np.float64), np.array(lat, np.float64)
+
+        def three(x: np.ndarray) -> str:
+            if not len(x):
+                return "–"
+            return " / ".join(f"{float(np.percentile(x, q, method='inverted_cdf')):,.0f}" for q in (50, 95, 100))
+        windows = sum(r["summary"]["windows"] for r in runs)
+        lines.append(f"| {m} | {len(runs)} | {len(d)} | {three(d)} | {windows:,} ({len(la):,}) "
+                     f"| {three(la)} |")
+        raw[m] = [r["summary"] for r in runs]
+    lines += ["", "Batch ms: `durationMs.triggerExecution` of every micro-batch (no-data batches "
+              "included); input-to-output ms, per emitted window: end of the batch that emitted "
+              "it (progress timestamp + triggerExecution) - wall time at which the file whose "
+              "rows move the method's watermark to or past the window's end appeared in the "
+              "input directory (ours: the key's watermark; native: Spark's global one). Pooled "
+              "over the runs.", ""]
+    report = "\n".join(lines) + "\n"
+    print(report)
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    out_md.write_text(report)
+    out_md.with_suffix(".json").write_text(json.dumps({"command": command, "results": raw}, indent=1))
+    log(f"wrote {out_md} ({elapsed / 60:.1f} min)")
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -553,7 +815,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=3, help="timed runs per method and configuration")
     p.add_argument("--slow-seconds", type=float, default=45.0,
                    help="a method whose warm-up run takes longer than this gets one timed run")
-    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
+    p.add_argument("--methods", default=None,
+                   help="comma-separated subset of " + ",".join(METHODS) + " (default: all; "
+                        "with --latency: native,keyed)")
     p.add_argument("--configs", default="", help="comma-separated config names, e.g. 'small/1k keys'")
     p.add_argument("--small-rows", type=int, default=10_000, help="rows per micro-batch, small batches")
     p.add_argument("--small-batches", type=int, default=20)
@@ -581,12 +845,29 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--spark", default=None, metavar="MINOR",
                    help="run on this Spark line (4.0, 4.1, 4.2, 4.3) with its venv (dev/venv) "
                         "and its keyed-watermarks jar; results default to results/spark-MINOR.md")
+    p.add_argument("--with-flink", action="store_true",
+                   help="add the Apache Flink reference row per configuration (Flink SQL TUMBLE "
+                        "in build/flink-venv; set it up with benchmarks/flink_setup)")
+    p.add_argument("--latency", action="store_true",
+                   help="latency mode instead of throughput: one parquet file per second into "
+                        "the input directory, trigger(processingTime='1 second'); p50/p95 batch "
+                        "duration and input-to-output latency (results/latency.md)")
+    p.add_argument("--rate", type=int, default=10_000,
+                   help="--latency: rows per second (one file per second)")
+    p.add_argument("--duration", type=int, default=90, help="--latency: seconds of input per run")
+    p.add_argument("--latency-keys", type=int, default=1_000, help="--latency: devices")
+    p.add_argument("--latency-warmup", type=float, default=15.0,
+                   help="--latency: leave out the batches and windows of the first S seconds")
     p.add_argument("--out", default=None, help="markdown output (default results/latest.md, "
                                                "results/spark-MINOR.md with --spark, "
                                                "results/quick.md with --quick)")
     args = p.parse_args(argv)
+    if args.methods is None:
+        args.methods = "native,keyed" if args.latency else ",".join(METHODS)
     if args.quick:
         args.runs = 1
+        if args.latency:
+            args.rate, args.duration, args.latency_keys, args.latency_warmup = 500, 30, 100, 5.0
     return args
 
 
@@ -620,6 +901,11 @@ def build_session(driver_memory: str, changelog: bool, profile: bool = False,
     spark.sparkContext.setLogLevel("ERROR")
     # The competitor's function is pickled by reference: ship its module to the Python workers.
     spark.sparkContext.addPyFile(str(HERE / "python_keyed.py"))
+    # transformWithStateInPandas also unpickles the processor in a driver-side Python worker
+    # (to read its state schemas), which does not see addPyFile's files: pickle it by value.
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules["python_tws"])
     return spark
 
 
@@ -633,6 +919,12 @@ def main(argv: List[str]) -> int:
     for m in methods:
         if m not in METHODS:
             raise SystemExit(f"unknown method {m!r}; choose from {METHODS}")
+    if args.latency:
+        return main_latency(args, methods, argv)
+    if args.with_flink and not FLINK_PYTHON.exists():
+        raise SystemExit("--with-flink: build/flink-venv is missing; run benchmarks/flink_setup")
+    flink_rows: List[Dict[str, object]] = []
+    delayed: Optional[Dict[str, object]] = None
     configs = configurations(args)
     if not configs:
         raise SystemExit("no configuration selected")
@@ -655,13 +947,14 @@ def main(argv: List[str]) -> int:
             info = generate(cfg, input_dir)
             log(f"{cfg.name}: generated {cfg.batches} x {cfg.rows_per_batch:,} rows, "
                 f"{info['keys_seen']:,} keys seen, in {time.perf_counter() - t:.1f}s")
-            if ci == 0 and not args.no_check and {"keyed", "python"} <= set(methods) \
+            competitors = [m for m in PYTHON_METHODS if m in methods]
+            if ci == 0 and not args.no_check and competitors \
                     and cfg.total_rows <= 300_000 and cfg.keys <= args.python_max_keys:
-                check_note = check_competitor(spark, input_dir, work)
+                check_note = check_competitors(spark, input_dir, work, competitors)
                 log(check_note)
             per_method: Dict[str, Result] = {}
             cfg_methods = [m for m in methods
-                           if not (m == "python" and cfg.keys > args.python_max_keys)]
+                           if not (m in PYTHON_METHODS and cfg.keys > args.python_max_keys)]
             if len(cfg_methods) < len(methods):
                 skipped.append(cfg.name)
             # Warm-up: one full run per method (JIT, Python workers), reported separately.
@@ -669,8 +962,12 @@ def main(argv: List[str]) -> int:
                 w = run_once(spark, m, input_dir, work)
                 if w.input_rows != cfg.total_rows:
                     raise RuntimeError(f"{m}: read {w.input_rows} rows, expected {cfg.total_rows}")
+                if w.late_rows is not None and w.late_rows != info["late_keyed"]:
+                    raise RuntimeError(f"{m}: dropped {w.late_rows} late rows, the data says "
+                                       f"{info['late_keyed']} (keyed_late_rows)")
                 open_windows = {"native": info["open_native"], "keyed": info["open_keyed"],
-                                "python": info["open_keyed"]}.get(m)
+                                "python": info["open_keyed"],
+                                "python_tws": info["open_keyed"]}.get(m)
                 per_method[m] = Result(cfg.name, m, cfg.total_rows, w, [], open_windows)
                 log(f"{cfg.name} {m}: warm-up {w.wall_s:.2f}s")
             # Timed runs, round-robin over the methods so machine noise hits them alike (with
@@ -701,7 +998,15 @@ def main(argv: List[str]) -> int:
                     r.emission = emission_delay(m, emitted, info["rows"], cfg.keys, timed)
                     log(f"{cfg.name} {m}: emission delay {r.emission}")
             results.extend(per_method[m] for m in cfg_methods)
+            if args.with_flink:
+                f = run_flink(input_dir, args.runs, work, str(ci))
+                flink_rows.append({"config": cfg.name, "total_rows": cfg.total_rows,
+                                   "late_keyed": info["late_keyed"], "flink": f})
+                log(f"{cfg.name} flink: {f}")
             shutil.rmtree(input_dir, ignore_errors=True)
+        if args.with_flink:
+            delayed = delayed_devices_accuracy(spark, work, args.quick)
+            log(f"delayed-devices accuracy: {delayed}")
     finally:
         jvm_version = spark.sparkContext._jvm.System.getProperty("java.version")
         spark_version = spark.version
@@ -741,13 +1046,14 @@ def main(argv: List[str]) -> int:
         "shared machine; *peak heap* = max driver-JVM used heap "
         "sampled every 0.1 s (Python workers not included); *state rows* = "
         "`numRowsTotal` summed over the state operators of the last batch with state (native: one "
-        "row per open (key, window); ours and Python: one per key, holding its open windows); "
+        "row per open (key, window); ours and python: one per key, holding its open windows; "
+        "python_tws: one value row per key plus one map row per open (key, window)); "
         "*RocksDB mem* = their `memoryUsedBytes` (RocksDB's memory estimate: "
         "memtables and caches, mostly fixed, not the state's size); *state SST* = custom metric "
         "`rocksdbSstFileSize`, the live (compressed) RocksDB files after the last commit, i.e. "
         "the state's size on disk (0 or – when nothing was flushed yet, e.g. with changelog "
         "checkpointing); *open (key, window)* = windows still in state at the end, computed from "
-        "the data under each method's semantics (Python keeps them inside one JSON value per "
+        "the data under each method's semantics (python keeps them inside one JSON value per "
         "key); *SST B / open window* = state SST / open (key, window), per-key rows included; "
         "*windows out* = sum of `sink.numOutputRows` (noop sink); *emit delay* (from one extra, "
         "untimed run per method whose foreachBatch sink records which micro-batch emits each "
@@ -761,17 +1067,22 @@ def main(argv: List[str]) -> int:
     if check_note:
         notes += ["", f"Check: {check_note} (first configuration, before timing)."]
     if skipped:
-        notes += ["", f"Not run: python for {', '.join(skipped)} (more than "
+        notes += ["", f"Not run: {', '.join(m for m in PYTHON_METHODS if m in methods)} for "
+                  f"{', '.join(skipped)} (more than "
                   f"{args.python_max_keys:,} keys: one group call per key and batch makes it "
                   "minutes per run; include it with --python-max-keys)."]
-    report = markdown(results, header, notes)
+    native_median = {r.config: r.median for r in results if r.method == "native"}
+    report = markdown(results, header, notes + flink_markdown(flink_rows, native_median)
+                      + delayed_devices_markdown(delayed))
     print(report)
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text(report)
     raw = [{"config": r.config, "method": r.method, "total_rows": r.total_rows,
             "open_windows": r.open_windows, "emission": r.emission, "warmup": asdict(r.warmup),
             "runs": [asdict(x) for x in r.runs]} for r in results]
-    out_md.with_suffix(".json").write_text(json.dumps({"command": command, "results": raw}, indent=1))
+    out_md.with_suffix(".json").write_text(
+        json.dumps({"command": command, "results": raw, "flink": flink_rows,
+                    "delayed_devices": delayed}, indent=1))
     log(f"wrote {out_md} and {out_md.with_suffix('.json')} ({elapsed / 60:.1f} min)")
     return 0
 
