@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 HERE = Path(__file__).resolve().parent
 
@@ -226,13 +226,17 @@ def aggregates():
     return [F.count("*").alias("n"), F.avg("temp").alias("avg_temp")]
 
 
+# More keyword arguments of kw.keyed_watermark for the keyed method (--keyed-options).
+KEYED_OPTIONS: Dict[str, Any] = {}
+
+
 def result_frame(method: str, events: DataFrame) -> DataFrame:
     """The streaming result of a stateful method: device, window, n, avg_temp (append mode)."""
     if method == "native":
         return (events.withWatermark("ts", LATENESS)
                 .groupBy("device", F.window("ts", WINDOW)).agg(*aggregates()))
     if method == "keyed":
-        return (kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS)
+        return (kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS, **KEYED_OPTIONS)
                 .window(WINDOW).agg(*aggregates()))
     if method == "python":
         return python_keyed_windows(events, LATENESS_US, WINDOW_US)
@@ -839,6 +843,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
                         "Recorder (driver JVM, settings=profile) into DIR/<config>__<method>.jfr; "
                         "timed runs then go method by method instead of round-robin. Summarise "
                         "with benchmarks/jfr_summary.py")
+    p.add_argument("--keyed-options", default=None, metavar="JSON",
+                   help="more keyword arguments of kw.keyed_watermark for the keyed method, e.g. "
+                        "'{\"max_skew\": \"unbounded\"}' (A/B a policy against the defaults)")
     p.add_argument("--jar", default=None,
                    help="use this keyed-watermarks jar instead of the bundled one (A/B a core "
                         "change without reinstalling)")
