@@ -77,6 +77,17 @@ def _batch_rows(progress: List[dict]) -> List[Dict[str, float]]:
     return out
 
 
+def window_recorder(tables: List[pa.Table]) -> Callable[[DataFrame, int], None]:
+    """A foreachBatch function appending each batch's emitted windows to `tables`: (device,
+    window start micros, batch id), so a run can tell which batch emitted each window."""
+    def record(batch: DataFrame, batch_id: int) -> None:
+        t = (batch.select(F.col("device"), F.unix_micros(F.col("window.start")).alias("start"))
+             .toArrow())
+        if t.num_rows:
+            tables.append(t.append_column("batch_id", pa.array(np.full(t.num_rows, batch_id))))
+    return record
+
+
 def latency_run(spark: SparkSession, schema: str, frame: Callable[[DataFrame], DataFrame],
                 files: List[Path], work: Path, name: str) -> Dict[str, object]:
     """One run: start the query on an empty directory, feed `files` one per second, wait until
@@ -84,13 +95,7 @@ def latency_run(spark: SparkSession, schema: str, frame: Callable[[DataFrame], D
     input_dir = Path(tempfile.mkdtemp(prefix=f"lat-in-{name}-", dir=work))
     ckpt = Path(tempfile.mkdtemp(prefix=f"lat-ckpt-{name}-", dir=work))
     tables: List[pa.Table] = []
-
-    def record(batch: DataFrame, batch_id: int) -> None:
-        t = (batch.select(F.col("device"), F.unix_micros(F.col("window.start")).alias("start"))
-             .toArrow())
-        if t.num_rows:
-            tables.append(t.append_column("batch_id", pa.array(np.full(t.num_rows, batch_id))))
-
+    record = window_recorder(tables)
     events = spark.readStream.schema(schema).parquet(str(input_dir))
     query = (frame(events).writeStream.foreachBatch(record)
              .option("checkpointLocation", str(ckpt))

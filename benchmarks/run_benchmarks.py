@@ -378,14 +378,7 @@ def emission_run(spark: SparkSession, method: str, input_dir: Path, work: Path):
     events = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
               .parquet(str(input_dir)))
     tables: List[pa.Table] = []
-
-    def record(batch: DataFrame, batch_id: int) -> None:
-        t = (batch.select(F.col("device"), F.unix_micros(F.col("window.start")).alias("start"))
-             .toArrow())
-        if t.num_rows:
-            tables.append(t.append_column("batch_id", pa.array(np.full(t.num_rows, batch_id))))
-
-    query = (result_frame(method, events).writeStream.foreachBatch(record)
+    query = (result_frame(method, events).writeStream.foreachBatch(latency.window_recorder(tables))
              .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
     query.awaitTermination()
     if query.exception() is not None:
@@ -744,11 +737,7 @@ def main_latency(args: argparse.Namespace, methods: List[str], argv: List[str]) 
                     raise RuntimeError(f"{m}: {summary['negative']} windows out before their "
                                        "closing rows arrived")
     finally:
-        jvm_version = spark.sparkContext._jvm.System.getProperty("java.version")
-        spark_version = spark.version
-        spark.stop()
-        if not args.work_dir:
-            shutil.rmtree(work, ignore_errors=True)
+        jvm_version, spark_version = close_session(spark, work, keep_work=bool(args.work_dir))
     elapsed = time.time() - started
     lines = [
         "# keyed-watermarks latency at a 1-second trigger", "",
@@ -916,6 +905,16 @@ def build_session(driver_memory: str, changelog: bool, profile: bool = False,
     return spark
 
 
+def close_session(spark: SparkSession, work: Path, keep_work: bool):
+    """Stops the session (after reading the Java and Spark versions for the report) and removes
+    the work directory unless the user chose it. Returns (Java version, Spark version)."""
+    versions = (spark.sparkContext._jvm.System.getProperty("java.version"), spark.version)
+    spark.stop()
+    if not keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    return versions
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -1015,11 +1014,7 @@ def main(argv: List[str]) -> int:
             delayed = delayed_devices_accuracy(spark, work, args.quick)
             log(f"delayed-devices accuracy: {delayed}")
     finally:
-        jvm_version = spark.sparkContext._jvm.System.getProperty("java.version")
-        spark_version = spark.version
-        spark.stop()
-        if not args.work_dir:
-            shutil.rmtree(work, ignore_errors=True)
+        jvm_version, spark_version = close_session(spark, work, keep_work=bool(args.work_dir))
 
     elapsed = time.time() - started
     header = [

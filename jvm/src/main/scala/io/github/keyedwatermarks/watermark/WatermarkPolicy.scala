@@ -48,6 +48,6 @@ private[keyedwatermarks] final case class WatermarkPolicy(
    */
   def releasesKeysWithoutWindows: Boolean = floors.exists(_.coversReturningKey)
 
-  /** The skew bound in force, if any (a metric and the tests read it). */
+  /** The skew bound in force, if any (what spec.WatermarkSpec resolved max_skew to). */
   def maxSkewMicros: Option[Long] = floors.collectFirst { case SkewFloor(skew, _) => skew }
 }
