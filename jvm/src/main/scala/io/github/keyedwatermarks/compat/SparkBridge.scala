@@ -1,11 +1,17 @@
-// Lives in Spark's package because Dataset.ofRows (a DataFrame from a logical plan) is
-// private[sql]. Part of the compat layer: nothing outside compat/ calls it.
+// Lives in Spark's package because Dataset.ofRows (a DataFrame from a logical plan) and
+// ExpressionUtils (Column <-> Catalyst expression) are private[sql]. Part of the compat layer:
+// nothing outside compat/ calls it.
 package org.apache.spark.sql.keyedwatermarks
 
-import org.apache.spark.sql.{classic, DataFrame, SparkSession}
+import org.apache.spark.sql.{classic, Column, DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.expressions.Expression
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 
 object SparkBridge {
   def ofRows(session: SparkSession, plan: LogicalPlan): DataFrame =
     classic.Dataset.ofRows(session.asInstanceOf[classic.SparkSession], plan)
+
+  def column(expression: Expression): Column = classic.ExpressionUtils.column(expression)
+
+  def expression(column: Column): Expression = classic.ExpressionUtils.expression(column)
 }

@@ -3,7 +3,7 @@ package io.github.keyedwatermarks.input
 import org.apache.spark.sql.{Column, DataFrame, functions => F}
 import org.apache.spark.sql.types.{StructType, TimestampType}
 
-import io.github.keyedwatermarks.compat.SparkInternals
+import io.github.keyedwatermarks.compat.{BatchConstant, SparkInternals}
 
 /**
  * Validates the user's input and prepares the rows the operator consumes: the key columns,
@@ -63,10 +63,11 @@ private[keyedwatermarks] object InputPlan {
 
   /**
    * Rows further ahead of the micro-batch's processing time (Spark's batch timestamp, as
-   * `current_timestamp()` gives it in a streaming query) than `maxAheadMicros`: invalid.
+   * `current_timestamp()` gives it in a streaming query) than `maxAheadMicros`: invalid. The
+   * threshold is a [[BatchConstant]], so a new batch timestamp does not mean new generated code.
    */
   def tooFarAhead(eventTime: Column, maxAheadMicros: Long): Column =
-    F.unix_micros(eventTime) > F.unix_micros(F.current_timestamp()) + F.lit(maxAheadMicros)
+    F.unix_micros(eventTime) > BatchConstant(F.unix_micros(F.current_timestamp()) + F.lit(maxAheadMicros))
 
   /**
    * The input with Spark's global watermark (`withWatermark(eventTime, lateness)`), which the
