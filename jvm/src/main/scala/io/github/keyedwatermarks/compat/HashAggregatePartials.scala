@@ -96,21 +96,23 @@ private[compat] object HashAggregatePartials {
     // real partial: Long.MinValue stands for "none", as in OnHeapPartials).
     val user = buffers.dropRight(1 + maxima.size).flatten
     val rowCount = buffers(buffers.size - 1 - maxima.size).head
-    val payload = user ++ Seq(KnownNotNull(startAttr), rowCount) ++
-      buffers.takeRight(maxima.size).map(b => Coalesce(Seq(b.head, Literal(Long.MinValue))))
-    PartialPayloadExec(p.keys, payload, startAttr, rowCount, p.output, hashAggregate)
+    val maxPayload = buffers.takeRight(maxima.size).map(b => Coalesce(Seq(b.head, Literal(Long.MinValue))))
+    val payload = user ++ Seq(KnownNotNull(startAttr), rowCount) ++ maxPayload
+    PartialPayloadExec(p.keys, payload, startAttr, rowCount, maxPayload.head, p.output, hashAggregate)
   }
 }
 
 /**
  * Turns Spark's partial aggregates into [[PartialAggregation]]'s output rows: payload bytes
- * (`payload` projected to an UnsafeRow), window start, row count, keys. Once per partial.
+ * (`payload` projected to an UnsafeRow), window start, row count, max event time, keys. Once
+ * per partial.
  */
 private[keyedwatermarks] case class PartialPayloadExec(
     keys: Seq[Attribute],
     payload: Seq[Expression],
     windowStart: Attribute,
     rows: Attribute,
+    maxEventTime: Expression,
     output: Seq[Attribute],
     child: SparkPlan)
     extends KeyedPartialNode {
@@ -122,7 +124,7 @@ private[keyedwatermarks] case class PartialPayloadExec(
     val in = child.output
     val payloadExprs = payload
     val bytes = AttributeReference(PartialAggregation.Payload, BinaryType, nullable = false)()
-    val outExprs = Seq(bytes, windowStart, rows) ++ keys
+    val outExprs = Seq(bytes, windowStart, rows, maxEventTime) ++ keys
     val numPartials = longMetric("numPartials")
     child.execute().mapPartitions { partials =>
       val toPayload = UnsafeProjection.create(payloadExprs, in)

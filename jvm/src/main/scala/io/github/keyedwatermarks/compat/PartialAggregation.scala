@@ -24,7 +24,7 @@ import io.github.keyedwatermarks.window.WindowAssigner
  * event time (for the watermark). Only partials are shuffled, sorted and handed to the
  * stateful operator.
  *
- * Output: `kw_payload`, `kw_window_start`, `kw_rows`, then the key columns. The payload is the
+ * Output: `kw_payload`, `kw_window_start`, `kw_rows`, `kw_max_event_time`, then the key columns. The payload is the
  * partial as UnsafeRow bytes (compat.UnsafeRowBytes; the operator reads it with
  * [[Partials.payloadSchema]]): stored buffer fields b0..bn first (so a payload row is directly
  * the right-hand side of CatalystAggregation.merge), then window start, row count, max event
@@ -32,8 +32,10 @@ import io.github.keyedwatermarks.window.WindowAssigner
  * per-row lateness; `kw_session_end`; `kw_event_times`: every row's event time, for adaptive
  * lateness; `kw_source`: the source, part of the grouping for min of inputs), then the kept
  * rows. `kw_rows` counts the rows whose *last* window is this one, so that with sliding
- * windows a row counts as late only when all its windows are closed. Window start and row
- * count are also columns of their own, for the input metrics before the shuffle.
+ * windows a row counts as late only when all its windows are closed. Window start, row count
+ * and max event time are also columns of their own: for the input metrics before the shuffle,
+ * and for Spark's global watermark (planner.GlobalWatermark), which then follows the partials
+ * instead of every input row.
  *
  * When every payload field is fixed-width, the partial aggregation is planned as Spark's own
  * HashAggregateExec (see [[HashAggregatePartials]]); otherwise a partition's partials are held
@@ -91,7 +93,8 @@ private[keyedwatermarks] object PartialAggregation {
        else Nil) ++ source.toSeq
     val payload = DataTypeUtils.fromAttributes(buffers ++ meta ++ policyOut ++ keptOut)
     val output = Seq(AttributeReference(Payload, BinaryType, nullable = false)()) ++
-      Seq(WindowStart, Rows).map(n => AttributeReference(n, LongType, nullable = false)()) ++ inputs.take(keyCount)
+      Seq(WindowStart, Rows, MaxEventTime).map(n => AttributeReference(n, LongType, nullable = false)()) ++
+      inputs.take(keyCount)
     val node = KeyedPartialAggregate(
       inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source, gap),
       windows, aggregation, inputs, payload, output, child)
@@ -299,7 +302,7 @@ private final class InvalidRowCounter(reasonOrdinal: Int) {
 
 /**
  * Builds the output rows of the partial aggregation: payload bytes, window start, row count,
- * keys. `keptType` is the type of a kept row, when rows are kept.
+ * max event time, keys. `keptType` is the type of a kept row, when rows are kept.
  */
 private final class PartialOutput(
     payloadSchema: StructType,
@@ -322,12 +325,13 @@ private final class PartialOutput(
       policyCols.source.map(_.dataType).toSeq ++ keptType.toSeq)
 
   /** The output row (reused by the next call) for a payload; `key` holds the key values first. */
-  def apply(key: InternalRow, start: Long, rows: Long, payload: Array[Byte]): InternalRow = {
+  def apply(key: InternalRow, start: Long, rows: Long, maxEventTime: Long, payload: Array[Byte]): InternalRow = {
     outer.update(0, payload)
     outer.setLong(1, start)
     outer.setLong(2, rows)
+    outer.setLong(3, maxEventTime)
     var i = 0
-    while (i < n) { outer.update(3 + i, key.get(i, keyTypes(i))); i += 1 }
+    while (i < n) { outer.update(4 + i, key.get(i, keyTypes(i))); i += 1 }
     project(outer)
   }
 
@@ -344,6 +348,6 @@ private final class PartialOutput(
     if (keptType.isDefined) policyPart.update(i, p.keptRows)
     val payload = UnsafeRowBytes.bytes(
       projectPayload(new JoinedRow(new JoinedRow(agg.toStored(p.buffer), meta), policyPart)))
-    apply(key, start, p.rows, payload)
+    apply(key, start, p.rows, p.maxEventTime, payload)
   }
 }

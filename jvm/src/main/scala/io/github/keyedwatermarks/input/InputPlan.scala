@@ -58,9 +58,6 @@ private[keyedwatermarks] object InputPlan {
     InputPlan(events, keyNames, eventTimeName, keyColumns, eventTimeColumn, events.columns.toSeq)
   }
 
-  /** The internal column Spark's global watermark follows when rows too far ahead are excluded. */
-  val WatermarkEventTime = "__kw_watermark_event_time"
-
   /**
    * Rows further ahead of the micro-batch's processing time (Spark's batch timestamp, as
    * `current_timestamp()` gives it in a streaming query) than `maxAheadMicros`: invalid. The
@@ -68,27 +65,6 @@ private[keyedwatermarks] object InputPlan {
    */
   def tooFarAhead(eventTime: Column, maxAheadMicros: Long): Column =
     F.unix_micros(eventTime) > BatchConstant(F.unix_micros(F.current_timestamp()) + F.lit(maxAheadMicros))
-
-  /**
-   * The input with Spark's global watermark (`withWatermark(eventTime, lateness)`), which the
-   * skew bound and closing='global' follow. Rows too far ahead (`maxAheadMicros`) do not move
-   * it: it follows a copy of the event time that is null for them, so that one row dated 9999
-   * cannot close every key's windows.
-   */
-  def withSparkWatermark(
-      plan: InputPlan, lateness: String, maxAheadMicros: Option[Long], streaming: Boolean = true): InputPlan = {
-    val events = maxAheadMicros match {
-      case None => plan.events.withWatermark("`" + plan.eventTime.replace("`", "``") + "`", lateness)
-      case Some(ahead) =>
-        val ts = plan.eventTimeColumn
-        // Dropped above the watermark node, which keeps tracking it: the user's columns stay as they were.
-        plan.events.withColumn(WatermarkEventTime, F.when(tooFarAhead(ts, ahead), F.lit(null)).otherwise(ts))
-          .withWatermark(WatermarkEventTime, lateness).drop(WatermarkEventTime)
-    }
-    // The plan's names are Spark's resolved names ("a.b" for "`a.b`"): quoted again to resolve.
-    def quoted(name: String) = "`" + name.replace("`", "``") + "`"
-    validate(events, plan.keys.map(quoted), quoted(plan.eventTime), streaming).copy(userColumns = plan.userColumns)
-  }
 }
 
 /**

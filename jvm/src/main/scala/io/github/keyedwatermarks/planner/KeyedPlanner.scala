@@ -82,23 +82,23 @@ private[keyedwatermarks] object KeyedPlanner {
     // cover), so the encoders copy one array per partial instead of converting every field to a
     // Row and back. (A key hash leading the grouping, to make the sort's prefix decide, cost
     // more in state store lookups out of key order than it saved: benchmarks/results/profile.md.)
-    val grouped = valid.select(valid.col(PartialAggregation.Payload) +: keys: _*)
+    val tracked =
+      if (spec.watermark.policy.usesGlobalWatermark) GlobalWatermark.track(valid, spec.watermark.lateness.text)
+      else valid
+    val grouped = tracked.select(tracked.col(PartialAggregation.Payload) +: keys: _*)
     Prepared(input, projected, grouped, operatorPlan, timeMode(spec.watermark))
   }
 
   /**
-   * Validates the whole spec against `events`. With max_skew / closing='global', Spark tracks
-   * its global watermark on the input; our partials carry no watermark column, so Spark drops
-   * nothing on its behalf.
+   * Validates the whole spec against `events`. (With max_skew / closing='global', Spark's global
+   * watermark is tracked on the partials, in [[prepare]]: see [[GlobalWatermark]].)
    */
   def resolveInput(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): InputPlan = {
     val w = spec.watermark
     w.validate(events, streaming)
     spec.windows.validate(events)
     requireRocksDb(events)
-    val input = InputPlan.validate(events, w.keys, w.eventTime, streaming)
-    if (!w.policy.usesGlobalWatermark) input
-    else InputPlan.withSparkWatermark(input, w.lateness.text, w.maxAheadMicros, streaming)
+    InputPlan.validate(events, w.keys, w.eventTime, streaming)
   }
 
   /** Spark's batch aggregation of the same query: its analyzed plan and its result schema. */
