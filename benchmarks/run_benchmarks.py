@@ -556,9 +556,34 @@ def markdown(results: List[Result], header: List[str], notes: List[str]) -> str:
             f"| {_pair(r.emission, 'batches', '.0f')} | {_pair(r.emission, 'ms', ',.0f')} "
             f"| {_pair(r.emission, 'close_to_out_ms', ',.0f')} |"
             if r.warmup else "")
+    lines += ratio_table(results)
     lines.append("")
     lines += notes
     return "\n".join(lines) + "\n"
+
+
+def ratio_table(results: List[Result]) -> List[str]:
+    """Ours (keyed) against each other method of the same configuration, from this run's medians
+    (the issue's targets): *vs X* = X's median / ours (higher: ours faster; vs the stateless
+    limit at most about 1), and ours' run-to-run spread, (max - min) / median."""
+    by = {(r.config, r.method): r for r in results if r.warmup}
+    configs = list(dict.fromkeys(r.config for r in results))
+    others = [m for m in ("native", "stateless", "python", "python_tws")
+              if any((c, m) in by for c in configs)]
+    if not any((c, "keyed") in by for c in configs) or not others:
+        return []
+    lines = ["", "Ours (keyed) against the others, this run's medians (X's median / ours; the "
+             "stateless limit reads and partially aggregates the same rows with no state):", "",
+             "| config | " + " | ".join(f"vs {m}" for m in others) + " | ours: spread of timed runs |",
+             "|---|" + "---:|" * (len(others) + 1)]
+    for c in configs:
+        k = by.get((c, "keyed"))
+        if k is None:
+            continue
+        cells = [f"{by[(c, m)].median / k.median:.2f}" if (c, m) in by else "–" for m in others]
+        walls = [x.wall_s for x in k.runs]
+        lines.append(f"| {c} | " + " | ".join(cells) + f" | {(max(walls) - min(walls)) / k.median:.0%} |")
+    return lines
 
 
 # ----------------------------------------------------------------------------- profiling
@@ -841,6 +866,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--spark", default=None, metavar="MINOR",
                    help="run on this Spark line (4.0, 4.1, 4.2, 4.3) with its venv (dev/venv) "
                         "and its keyed-watermarks jar; results default to results/spark-MINOR.md")
+    p.add_argument("--flink-max-keys", type=int, default=1_000,
+                   help="--with-flink: run Flink only on configurations with at most this many keys (at "
+                        "100k keys a Flink run took over 10 minutes here)")
     p.add_argument("--with-flink", action="store_true",
                    help="add the Apache Flink reference row per configuration (Flink SQL TUMBLE "
                         "in build/flink-venv; set it up with benchmarks/flink_setup)")
@@ -1004,7 +1032,7 @@ def main(argv: List[str]) -> int:
                     r.emission = emission_delay(m, emitted, info["rows"], cfg.keys, timed)
                     log(f"{cfg.name} {m}: emission delay {r.emission}")
             results.extend(per_method[m] for m in cfg_methods)
-            if args.with_flink:
+            if args.with_flink and cfg.keys <= args.flink_max_keys:
                 f = run_flink(input_dir, args.runs, work, str(ci))
                 flink_rows.append({"config": cfg.name, "total_rows": cfg.total_rows,
                                    "late_keyed": info["late_keyed"], "flink": f})

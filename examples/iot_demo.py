@@ -645,6 +645,11 @@ def plot(metrics: dict, cfg: Config, path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+# The per-key watermark panel reads the state's change feed, which needs RocksDB changelog
+# checkpointing: on in the demo's own session, and on for the demo's queries in a given one.
+_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+
+
 def _session() -> SparkSession:
     builder = (
         SparkSession.builder.master("local[2]")
@@ -654,7 +659,7 @@ def _session() -> SparkSession:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .config(_CHANGELOG, "true")
     )
     session = kw.configure(builder).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
@@ -683,6 +688,7 @@ def main(argv: Optional[Sequence[str]] = None, spark: Optional[SparkSession] = N
     cfg = Config.quick(**overrides) if args.quick else Config(**overrides)
     started = time.monotonic()
     own_session = spark is None
+    changelog_before = None if own_session else spark.conf.get(_CHANGELOG, None)
     tmp = None
     if args.workdir is None:
         tmp = tempfile.mkdtemp(prefix="kw-iot-demo-")
@@ -699,6 +705,8 @@ def main(argv: Optional[Sequence[str]] = None, spark: Optional[SparkSession] = N
               f"{workdir / 'input'}", flush=True)
         if own_session:
             spark = _session()
+        else:
+            spark.conf.set(_CHANGELOG, "true")
         print("Running both streaming queries over the same files:", flush=True)
         timings, progress = run_side_by_side(spark, workdir / "input", workdir, cfg)
         streaming_s = sum(timings.values())
@@ -720,6 +728,10 @@ def main(argv: Optional[Sequence[str]] = None, spark: Optional[SparkSession] = N
     finally:
         if own_session and spark is not None:
             spark.stop()
+        elif changelog_before is None:
+            spark.conf.unset(_CHANGELOG)
+        else:
+            spark.conf.set(_CHANGELOG, changelog_before)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
