@@ -3,7 +3,9 @@ package io.github.keyedwatermarks.compat
 import org.apache.spark.sql.Column
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Expression, UnaryExpression}
-import org.apache.spark.sql.catalyst.expressions.codegen.{CodegenContext, CodeGenerator, ExprCode, FalseLiteral, JavaCode, TrueLiteral}
+import org.apache.spark.sql.catalyst.expressions.codegen.{
+  CodegenContext, CodeGenerator, ExprCode, FalseLiteral, JavaCode, TrueLiteral
+}
 import org.apache.spark.sql.catalyst.expressions.codegen.Block._
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
 
