@@ -172,12 +172,12 @@ def run_model(
         updated = set()  # windows that got rows in this batch
         info = BatchKeys()
         for key, t, value in batch:
-            if t is not None:
-                ms = t // 1000
-                global_max_ms = ms if global_max_ms is None else max(global_max_ms, ms)
             if key is None or t is None:
                 res.invalid += 1
                 continue
+            # Spark's global watermark follows the valid rows only (docs/semantics.md).
+            ms = t // 1000
+            global_max_ms = ms if global_max_ms is None else max(global_max_ms, ms)
             if key not in held and key not in wm_start:
                 wm_start[key] = floor
                 info.new.add(key)
@@ -243,7 +243,9 @@ def run_model(
 
 
 def _max_ms(batches: Sequence[Sequence[tuple]]) -> Optional[int]:
-    ts = [r[1] // 1000 for b in batches for r in b if r[1] is not None]
+    """Max event time (ms) of the valid rows (key and event time not null): what Spark's global
+    watermark follows."""
+    ts = [r[1] // 1000 for b in batches for r in b if r[0] is not None and r[1] is not None]
     return max(ts) if ts else None
 
 
