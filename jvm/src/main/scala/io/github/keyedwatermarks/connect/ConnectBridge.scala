@@ -7,9 +7,10 @@ package org.apache.spark.sql.keyedwatermarks.connect
 import org.apache.spark.sql.{classic, Column, DataFrame}
 import org.apache.spark.sql.catalyst.expressions.Expression
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.keyedwatermarks.SparkBridge
 
 object ConnectBridge {
   def ofRows(session: classic.SparkSession, plan: LogicalPlan): DataFrame = classic.Dataset.ofRows(session, plan)
 
-  def column(expression: Expression): Column = classic.ExpressionUtils.column(expression)
+  def column(expression: Expression): Column = SparkBridge.column(expression)
 }
