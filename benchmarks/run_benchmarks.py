@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 HERE = Path(__file__).resolve().parent
 
@@ -735,7 +735,7 @@ def main_latency(args: argparse.Namespace, methods: List[str], argv: List[str]) 
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="kw-latency-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    spark = build_session(args.driver_memory, args.changelog_checkpointing, jar=args.jar)
+    spark = build_session(args.driver_memory, args.changelog_checkpointing, jar=args.jar, conf=args.conf)
     per_method: Dict[str, List[Dict[str, object]]] = {m: [] for m in methods}
     try:
         staging = work / "latency-data"
@@ -863,6 +863,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--jar", default=None,
                    help="use this keyed-watermarks jar instead of the bundled one (A/B a core "
                         "change without reinstalling)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra Spark setting for the benchmark session (repeatable), e.g. to A/B "
+                        "a Spark option; applies to every method")
     p.add_argument("--spark", default=None, metavar="MINOR",
                    help="run on this Spark line (4.0, 4.1, 4.2, 4.3) with its venv (dev/venv) "
                         "and its keyed-watermarks jar; results default to results/spark-MINOR.md")
@@ -896,7 +899,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 
 
 def build_session(driver_memory: str, changelog: bool, profile: bool = False,
-                  jar: Optional[str] = None) -> SparkSession:
+                  jar: Optional[str] = None, conf: Sequence[str] = ()) -> SparkSession:
     # Python workers (the competitor) must run this interpreter (pandas, numpy, pyarrow).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # pyspark 4.3 warns about pandas >= 3 in every worker; keep the log readable.
@@ -915,6 +918,9 @@ def build_session(driver_memory: str, changelog: bool, profile: bool = False,
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
                 "true" if changelog else "false")
     )
+    for kv in conf:  # --conf: A/B of a Spark setting, for every method alike
+        key, _, value = kv.partition("=")
+        builder = builder.config(key.strip(), value.strip())
     if profile:  # deep stacks: Spark's task stacks exceed JFR's default depth of 64
         builder = builder.config("spark.driver.extraJavaOptions",
                                  "-XX:FlightRecorderOptions:stackdepth=1024")
@@ -970,7 +976,7 @@ def main(argv: List[str]) -> int:
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
     spark = build_session(args.driver_memory, args.changelog_checkpointing,
-                          profile=bool(args.profile), jar=args.jar)
+                          profile=bool(args.profile), jar=args.jar, conf=args.conf)
     check_note = None
     skipped: List[str] = []
     results: List[Result] = []

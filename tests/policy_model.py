@@ -106,11 +106,11 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
         rows_by_key: Dict[Hashable, List[PolicyRow]] = defaultdict(list)
         for row in batch:
             key, t = row[0], row[1]
-            if t is not None and uses_global:
-                ms = t // 1000
-                global_max_ms = ms if global_max_ms is None else max(global_max_ms, ms)
             if key is None or t is None:
                 continue
+            if uses_global:  # Spark's global watermark follows the valid rows only (docs/semantics.md)
+                ms = t // 1000
+                global_max_ms = ms if global_max_ms is None else max(global_max_ms, ms)
             rows_by_key[key].append(row)
             start = t - t % size
             w = wm_start.get(key)
@@ -176,7 +176,7 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
 def _advanced(batches: Sequence[Sequence[PolicyRow]], policy: Policy) -> bool:
     """Whether Spark's global watermark moved with the last batch (then a no-data batch runs)."""
     def mark(bs):
-        ts = [r[1] // 1000 for b in bs for r in b if r[1] is not None]
+        ts = [r[1] // 1000 for b in bs for r in b if r[0] is not None and r[1] is not None]
         return spark_watermark_ms(max(ts) if ts else None, policy.lateness)
     before, after = mark(batches[:-1]), mark(batches)
     return after is not None and (before is None or after > before)

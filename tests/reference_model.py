@@ -80,6 +80,7 @@ class BatchKeys:
     released: set = field(default_factory=set)
     open_windows: int = 0  # of the handled keys, after the batch
     lags: List[int] = field(default_factory=list)  # E - wm(k) of the handled keys (with E)
+    watermarks: List[int] = field(default_factory=list)  # wm(k) of the handled keys still in state
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,8 @@ def run_model(
                 info.released.add(key)
         for key in info.handled - info.released:
             info.open_windows += sum(1 for k, _ in res.open if k == key)
+            if held.get(key) is not None:
+                info.watermarks.append(held[key])
             if e_ms is not None and held.get(key) is not None:
                 info.lags.append(e_ms * 1000 - held[key])
         res.batch_keys.append(info)

@@ -103,6 +103,32 @@ def test_read_key_state_and_metrics_match_the_model(spark, workdir):
     assert [kw.metrics(p)["state_rows"] for p in progress] == _keys_in_state(model)
 
 
+def test_watermark_lag_without_a_global_watermark(spark, workdir):
+    """With max_skew="unbounded" there is no global watermark: a key's lag is the highest
+    watermark among the batch's keys minus its own (docs/semantics.md, "Per-batch metrics")."""
+    replay = Replay(spark, workdir)
+    replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in BATCHES])
+    out = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness=f"{LATENESS_S} seconds",
+                              max_skew="unbounded")
+           .window(f"{WINDOW_S} seconds")
+           .agg(F.count("*").alias("n")))
+    query = run_to_end(out, workdir / "out", workdir / "checkpoint")
+    model = run_model(BATCHES, LATENESS_S * SECOND, WINDOW_S * SECOND, max_skew=None)
+    progress = list(query.recentProgress)
+    assert len(progress) == model.batches
+    checked = 0
+    for p, want in zip(progress, model.batch_keys):
+        got = kw.metrics(p)
+        assert got["stuck_keys"] is None, p.batchId
+        if not want.watermarks:
+            continue
+        lags = [max(want.watermarks) - w for w in want.watermarks]
+        assert (got["watermark_lag_min_s"], got["watermark_lag_max_s"]) == (0.0, max(lags) / SECOND), p.batchId
+        assert 0.0 <= got["watermark_lag_p50_s"] <= got["watermark_lag_p95_s"] <= max(lags) / SECOND, p.batchId
+        checked += 1 if max(lags) > 0 else 0
+    assert checked >= 2, "the stream must have batches whose keys' watermarks differ"
+
+
 def _keys_in_state(model):
     """Keys in state after each micro-batch, from the model's new and released keys."""
     keys, out = set(), []
