@@ -919,7 +919,9 @@ def build_session(driver_memory: str, changelog: bool, profile: bool = False,
                 "true" if changelog else "false")
     )
     for kv in conf:  # --conf: A/B of a Spark setting, for every method alike
-        key, _, value = kv.partition("=")
+        key, eq, value = kv.partition("=")
+        if not eq or not key.strip():
+            raise SystemExit(f"--conf {kv!r}: expected KEY=VALUE, e.g. spark.sql.shuffle.partitions=4")
         builder = builder.config(key.strip(), value.strip())
     if profile:  # deep stacks: Spark's task stacks exceed JFR's default depth of 64
         builder = builder.config("spark.driver.extraJavaOptions",

@@ -27,7 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
-from reference_model import DEFAULT_MAX_SKEW, spark_watermark_ms
+from reference_model import DEFAULT_MAX_SKEW, spark_watermark_ms, valid_max_ms
 
 PolicyRow = Tuple[Optional[Hashable], Optional[int], Any, Optional[int], Optional[str]]
 
@@ -175,8 +175,5 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
 
 def _advanced(batches: Sequence[Sequence[PolicyRow]], policy: Policy) -> bool:
     """Whether Spark's global watermark moved with the last batch (then a no-data batch runs)."""
-    def mark(bs):
-        ts = [r[1] // 1000 for b in bs for r in b if r[0] is not None and r[1] is not None]
-        return spark_watermark_ms(max(ts) if ts else None, policy.lateness)
-    before, after = mark(batches[:-1]), mark(batches)
+    before, after = (spark_watermark_ms(valid_max_ms(bs), policy.lateness) for bs in (batches[:-1], batches))
     return after is not None and (before is None or after > before)

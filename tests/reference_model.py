@@ -79,8 +79,13 @@ class BatchKeys:
     new: set = field(default_factory=set)
     released: set = field(default_factory=set)
     open_windows: int = 0  # of the handled keys, after the batch
-    lags: List[int] = field(default_factory=list)  # E - wm(k) of the handled keys (with E)
     watermarks: List[int] = field(default_factory=list)  # wm(k) of the handled keys still in state
+    global_watermark: Optional[int] = None  # E (micros) in this batch, if defined
+
+    @property
+    def lags(self) -> List[int]:
+        """E - wm(k) of the handled keys still in state (none without E)."""
+        return [] if self.global_watermark is None else [self.global_watermark - w for w in self.watermarks]
 
 
 @dataclass(frozen=True)
@@ -158,7 +163,7 @@ def run_model(
         e_ms = spark_watermark_ms(global_max_ms, lateness) if max_skew is not None else None
         if n >= len(all_batches):
             # A trailing no-data batch runs when E advanced with the last batch.
-            before = spark_watermark_ms(_max_ms(all_batches[:-1]), lateness)
+            before = spark_watermark_ms(valid_max_ms(all_batches[:-1]), lateness)
             if max_skew is None or n > len(all_batches) or e_ms is None or (before is not None and e_ms <= before):
                 break
             batch: Sequence[Row] = []
@@ -233,8 +238,7 @@ def run_model(
             info.open_windows += sum(1 for k, _ in res.open if k == key)
             if held.get(key) is not None:
                 info.watermarks.append(held[key])
-            if e_ms is not None and held.get(key) is not None:
-                info.lags.append(e_ms * 1000 - held[key])
+        info.global_watermark = None if e_ms is None else e_ms * 1000
         res.batch_keys.append(info)
         n += 1
     res.batches = n
@@ -245,7 +249,7 @@ def run_model(
     return res
 
 
-def _max_ms(batches: Sequence[Sequence[tuple]]) -> Optional[int]:
+def valid_max_ms(batches: Sequence[Sequence[tuple]]) -> Optional[int]:
     """Max event time (ms) of the valid rows (key and event time not null): what Spark's global
     watermark follows."""
     ts = [r[1] // 1000 for b in batches for r in b if r[0] is not None and r[1] is not None]

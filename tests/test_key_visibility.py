@@ -42,12 +42,17 @@ BATCHES = [
 ]
 
 
-def run(spark, workdir):
+def keyed(spark, workdir, **options):
+    """The BATCHES stream, replayed, with keyed watermarks and 10-second windows."""
     replay = Replay(spark, workdir)
     replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in BATCHES])
-    report = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness=f"{LATENESS_S} seconds",
-                                 max_skew=f"{SKEW_S} seconds", stuck_after=f"{STUCK_S} seconds")
-              .window(f"{WINDOW_S} seconds")
+    return (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness=f"{LATENESS_S} seconds",
+                               **options)
+            .window(f"{WINDOW_S} seconds"))
+
+
+def run(spark, workdir):
+    report = (keyed(spark, workdir, max_skew=f"{SKEW_S} seconds", stuck_after=f"{STUCK_S} seconds")
               .agg_with_report(F.count("*").alias("n")))
     query = run_to_end(report, workdir / "out", workdir / "checkpoint")
     model = run_model(BATCHES, LATENESS_S * SECOND, WINDOW_S * SECOND, max_skew=SKEW_S * SECOND)
@@ -106,12 +111,7 @@ def test_read_key_state_and_metrics_match_the_model(spark, workdir):
 def test_watermark_lag_without_a_global_watermark(spark, workdir):
     """With max_skew="unbounded" there is no global watermark: a key's lag is the highest
     watermark among the batch's keys minus its own (docs/semantics.md, "Per-batch metrics")."""
-    replay = Replay(spark, workdir)
-    replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in BATCHES])
-    out = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness=f"{LATENESS_S} seconds",
-                              max_skew="unbounded")
-           .window(f"{WINDOW_S} seconds")
-           .agg(F.count("*").alias("n")))
+    out = keyed(spark, workdir, max_skew="unbounded").agg(F.count("*").alias("n"))
     query = run_to_end(out, workdir / "out", workdir / "checkpoint")
     model = run_model(BATCHES, LATENESS_S * SECOND, WINDOW_S * SECOND, max_skew=None)
     progress = list(query.recentProgress)

@@ -32,7 +32,8 @@ private[keyedwatermarks] object KeyMetrics {
     // plus the q quantile of minus the watermarks.
     val trailing = F.coalesce(lag, -wm)
     val at = F.percentile_approx(trailing, F.array(Seq(0.0, 0.5, 0.95, 1.0).map(F.lit): _*), F.lit(10000))
-    val offset = F.when(F.count(lag) > 0, F.lit(0L)).otherwise(F.max(wm))
+    val hasLag = F.count(lag) > 0
+    val offset = F.when(hasLag, F.lit(0L)).otherwise(F.max(wm))
     def seconds(i: Int) = (at.getItem(i) + offset) / 1e6
     Seq(
       F.count(F.when(isKey, 1)).as("keys_in_batch"),
@@ -44,6 +45,6 @@ private[keyedwatermarks] object KeyMetrics {
       seconds(1).as("watermark_lag_p50_s"),
       seconds(2).as("watermark_lag_p95_s"),
       seconds(3).as("watermark_lag_max_s"),
-      F.when(F.count(lag) > 0, F.count(F.when(lag > stuckAfterMicros, 1))).as("stuck_keys"))
+      F.when(hasLag, F.count(F.when(lag > stuckAfterMicros, 1))).as("stuck_keys"))
   }
 }
