@@ -391,6 +391,41 @@ def test_key_that_left_state_returns_behind_the_skew_floor(spark, workdir):
     assert [keys_in_state(b) for b in range(5)] == [["a", "b"], ["a", "b"], ["a"], ["a", "b"], ["a", "b"]]
 
 
+def test_timer_kept_early_fires_without_a_trace(spark, workdir):
+    """max_skew: a key whose own rows close its windows keeps the event-time timer of its first
+    window (moving it each window would cost state store writes); when that timer fires before
+    the floor reaches the key's open window, nothing is emitted, the key does not count in the
+    batch's metrics, and the timer moves to when the floor does reach it, where the window is
+    emitted. L = 0, S = 10 s, max_skew = 5 s; times are seconds after BASE."""
+    batches = [
+        # batch 0: a's [0,10) needs the floor at 10, i.e. E = 15: its timer is set at 15 s.
+        [("a", s(1), 1.0), ("b", s(1), 1.0)],
+        # batches 1, 2: a's own rows close [0,10), then [10,20); the timer stays at 15 s.
+        [("a", s(11), 2.0), ("b", s(11), 2.0)],
+        [("a", s(21), 3.0), ("b", s(21), 3.0)],
+        # batch 3: E = 21 fires a's timer (a sends nothing): floor 16 closes nothing (a's open
+        # window is [20,30)); its timer moves to 35 s.
+        [("b", s(26), 4.0)],
+        # batch 4: E = 26. batch 5: E = 41, floor 36: a's [20,30) is emitted and a leaves state.
+        [("b", s(41), 5.0)],
+        [("b", s(51), 6.0)],
+    ]
+    model = run_model(batches, 0, 10 * SECOND, max_skew=5 * SECOND)
+    assert [(w.batch, w.start - BASE) for w in model.emitted if w.key == "a"] == [
+        (1, 0), (2, 10 * SECOND), (5, 20 * SECOND)]
+    assert "a" not in model.batch_keys[3].handled and "a" in model.batch_keys[5].handled
+    rows, progress = replay_and_run(spark, workdir, batches, 0, 10, skew_s=5)
+    check_against_model(batches, model, rows, progress)
+    assert [kw.metrics(p)["keys_in_batch"] for p in progress] == [len(b.handled) for b in model.batch_keys]
+
+    def timer_of_a(batch_id):
+        timers = (spark.read.format("statestore").option("path", str(workdir / "checkpoint"))
+                  .option("readRegisteredTimers", "true").option("batchId", batch_id).load().collect())
+        return [t.expiration_timestamp_ms - BASE // 1000 for t in timers if t.key.kw_key_0 == "a"]
+    # The mechanism itself: kept at 15 s through batches 1 and 2, moved to 35 s by batch 3.
+    assert [timer_of_a(b) for b in range(6)] == [[15_000], [15_000], [15_000], [35_000], [35_000], []]
+
+
 # --------------------------------------------------------------------------------------
 # Session windows against the session model
 # --------------------------------------------------------------------------------------

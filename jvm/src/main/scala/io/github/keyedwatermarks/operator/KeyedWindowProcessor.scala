@@ -11,7 +11,7 @@ import org.apache.spark.sql.types.StructType
 import io.github.keyedwatermarks.compat.{CatalystAggregation, UnsafeRowBytes}
 import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
 import io.github.keyedwatermarks.emission.WindowEmitter
-import io.github.keyedwatermarks.state.KeyState
+import io.github.keyedwatermarks.state.{KeyState, StoredKey}
 import io.github.keyedwatermarks.watermark.{
   ClosedWindows, EventTimeClock, HeldWatermark, KeyRecord, ProcessingTimeClock, WatermarkPolicy
 }
@@ -95,21 +95,24 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    */
   private def partial(value: Row): InternalRow = UnsafeRowBytes.row(value.getAs[Array[Byte]](0), payloadFields)
 
-  /** One key's state for one batch or timer: watermark record and open windows by start. */
+  /**
+   * One key's state for one batch or timer: watermark record, open windows by start, and the
+   * event-time timer registered for it.
+   */
   private final class KeyBatch(timerValues: TimerValues) {
-    private val loaded = state.load()
+    val loaded: Option[StoredKey] = state.load()
     /** Whether the key had state (false: a new key, or one that returns after leaving state). */
     val existed: Boolean = loaded.isDefined
-    private val record = loaded.map(_._1).getOrElse(state.fresh())
+    private val record = loaded.map(_.record).getOrElse(state.fresh())
     val windows = mutable.LongMap.empty[OpenWindow]
-    loaded.foreach(_._2.foreach { row =>
+    loaded.foreach(_.windows.foreach { row =>
       val start = row.getLong(revisionOrdinal + 2)
       windows.update(start,
         new OpenWindow(start, row.getLong(revisionOrdinal + 1), agg.fromStored(row),
           row.getInt(revisionOrdinal), row.getBoolean(revisionOrdinal + 3)))
     })
-    /** The event-time timer registered for the key as stored (a function of what was stored). */
-    val storedEventTimer: Option[Long] = if (existed) eventTimer(record, windows) else None
+    /** The event-time timer registered for the key now, if any. */
+    var eventTimerMs: Option[Long] = loaded.map(_.eventTimerMs).filter(_ != KeyState.NoTimer)
     val update = new WatermarkAdvance(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
       globalWatermark(timerValues))
     /** Whether the key left state in this call. */
@@ -127,19 +130,63 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       record.lateRows += lateRows
       if (windows.isEmpty && policy.releasesKeysWithoutWindows) release()
       else {
+        if (policy.usesGlobalWatermark) placeEventTimer()
         val open = windows.values
         val earliest = if (open.isEmpty) HeldWatermark.Undefined else open.iterator.map(_.start).min
-        state.store(record,
+        state.store(record, eventTimerMs.getOrElse(KeyState.NoTimer),
           open.iterator.map { w =>
             new JoinedRow(agg.toStored(w.buffer), InternalRow(w.revisions, w.end, w.start, w.dirty))
           }, open.size, earliest)
       }
     }
 
-    /** Drops all of the key's state and timers. */
+    /** Drops all of the key's state and its event-time timer. */
     def release(): Unit = {
+      eventTimerMs.foreach(getHandle.deleteTimer)
+      eventTimerMs = None
       state.clear()
       released = true
+    }
+
+    /**
+     * The key's event-time timer (max_skew, closing='global') for the state about to be stored:
+     * the one registered is kept while it is no later than needed ([[eventTimer]]) and still
+     * ahead of Spark's global watermark; otherwise it is replaced. A key whose own rows close
+     * its windows moves its earliest window every window, and moving a timer is two deletes and
+     * two puts in the state store (profile.md, session 10); a timer kept that fires before it
+     * is needed finds nothing due and moves then ([[handleExpiredTimer]]). Never later than
+     * needed, so a window the floor closes is still emitted in the batch in which Spark's
+     * global watermark gets there.
+     */
+    private def placeEventTimer(): Unit = {
+      val wanted = eventTimer(record, windows)
+      val globalMs = timerValues.getCurrentWatermarkInMs()
+      val keep = eventTimerMs.exists(t => t > globalMs && wanted.exists(t <= _))
+      if (!keep) {
+        eventTimerMs.foreach(getHandle.deleteTimer)
+        wanted.foreach(getHandle.registerTimer)
+        eventTimerMs = wanted
+      }
+    }
+
+    /**
+     * A timer of the key just fired (Spark deletes it after the handler). An event-time timer
+     * kept from an earlier batch may fire before the floor reaches the key's earliest window:
+     * then nothing is due, and it is replaced by the one needed, written into the stored row as
+     * it was (so the key's watermark and metrics look as if it had not fired). Returns whether
+     * the timer fired that early.
+     */
+    def timerFired(): Boolean = {
+      eventTimerMs = None
+      if (!policy.usesGlobalWatermark) return false
+      val wanted = eventTimer(record, windows)
+      wanted.filter(_ > timerValues.getCurrentWatermarkInMs()) match {
+        case Some(t) =>
+          getHandle.registerTimer(t)
+          loaded.foreach(state.storeEventTimer(_, t))
+          true
+        case None => false
+      }
     }
   }
 
@@ -155,7 +202,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       if (update.regressed)
         Iterator.single(plan.emitter.heldWatermark(keyValues, update.record.regressions, update.atStart))
       else Iterator.empty
-    scheduleTimer(batch, timerValues, batch.storedEventTimer)
+    scheduleProcessingTimer(batch, timerValues)
     out ++ held ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = true, timerValues))
   }
 
@@ -317,6 +364,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     // A timer of a key that already left state (registered before a restart with other
     // options): nothing to do, and nothing may be written.
     if (!batch.existed) return Iterator.empty
+    if (batch.timerFired()) return Iterator.empty
     val keyValues = this.keyValues(key)
     val update = batch.update
     val record = update.record
@@ -336,7 +384,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
         batch.windows.clear()
         if (record.quietSinceMs == HeldWatermark.NoArrival) record.quietSinceMs = now
         batch.store(0L)
-        scheduleTimer(batch, timerValues, None)
+        scheduleProcessingTimer(batch, timerValues)
       }
       return out.iterator ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
     }
@@ -350,8 +398,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     }
     if (idle && batch.windows.isEmpty && record.quietSinceMs == HeldWatermark.NoArrival) record.quietSinceMs = now
     batch.store(0L)
-    // Spark deletes the expired timer after this call: nothing else is registered for the key.
-    scheduleTimer(batch, timerValues, None)
+    scheduleProcessingTimer(batch, timerValues)
     out.iterator ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
   }
 
@@ -391,22 +438,13 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   private val FirstEventTimerMs = 1L
 
   /**
-   * Registers the key's next timer (only for policies that follow a clock): when the key turns
-   * idle or is forgotten, when a source turns idle, or when the clock will close the key's
-   * earliest open window. An event-time timer is a function of the stored state, so it is
-   * replaced only when it changes (`registered`: the one registered now, if any).
+   * Registers the key's next processing-time timer (policies that follow the wall clock): when
+   * the key turns idle or is forgotten, when a source turns idle, or when the clock will close
+   * the key's earliest open window. (Event-time timers: KeyBatch.placeEventTimer.)
    */
-  private def scheduleTimer(batch: KeyBatch, timerValues: TimerValues, registered: Option[Long]): Unit = {
-    if (!policy.usesProcessingTimers && !policy.usesGlobalWatermark) return
+  private def scheduleProcessingTimer(batch: KeyBatch, timerValues: TimerValues): Unit = {
+    if (!policy.usesProcessingTimers || policy.usesGlobalWatermark) return
     val handle = getHandle
-    if (policy.usesGlobalWatermark) {
-      val wanted = if (batch.released) None else eventTimer(batch.update.record, batch.windows)
-      if (wanted != registered) {
-        registered.foreach(handle.deleteTimer)
-        wanted.foreach(handle.registerTimer)
-      }
-      return
-    }
     handle.listTimers().foreach(t => handle.deleteTimer(t))
     if (batch.released) return
     val record = batch.update.record

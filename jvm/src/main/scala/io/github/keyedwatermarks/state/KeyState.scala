@@ -15,7 +15,8 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  * Per-key state in Spark's state store (RocksDB provider):
  *  - `key_state`: one row per key, read once and written once per micro-batch: the key's
  *    watermark record (max event time, held watermark, last arrival, lateness, cumulative
- *    late rows and attempted regressions) and its open windows, each (stored Catalyst
+ *    late rows and attempted regressions), the event-time timer registered for it, and its
+ *    open windows, each (stored Catalyst
  *    aggregation buffer, revisions fired, end, start, changed since it fired), all in one
  *    BINARY of UnsafeRows (see [[KeyState.keySchema]]); a window that already fired stays only
  *    with allowed lateness. One row instead of a row per window saves the state store a
@@ -49,33 +50,40 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
   private val codec = new UnsafeRowBytes.RowsCodec(windowSchema(bufferSchema), describe(windows))
 
   /**
-   * The key's watermark record and its open windows (rows of [[windowSchema]], each over the
-   * bytes just read, which nothing else shares); None for a key without state (new, or
-   * released).
+   * The key's stored row: its watermark record, event-time timer and open windows (rows of
+   * [[windowSchema]], each over the bytes just read, which nothing else shares); None for a key
+   * without state (new, or released).
    */
-  def load(): Option[(KeyRecord, Iterator[InternalRow])] = {
+  def load(): Option[StoredKey] = {
     // One read: Spark's exists() is itself a get() (and a decode), so test get() for null.
     val r = keyState.get()
     if (r == null) None
-    else Some((new KeyRecord(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
-          r.getLong(6), r.getLong(7)),
-        codec.rows(r.getAs[Array[Byte]](OpenWindowsOrdinal), "the open windows in state")))
+    else Some(StoredKey(
+      new KeyRecord(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
+        r.getLong(6), r.getLong(7)),
+      r.getLong(EventTimerOrdinal),
+      codec.rows(r.getAs[Array[Byte]](OpenWindowsOrdinal), "the open windows in state"),
+      r))
   }
 
   /** A key's record before its first row (or after it left state). */
   def fresh(): KeyRecord = HeldWatermark.freshRecord(policy.latenessMicros)
 
   /**
-   * Writes the record and the open windows (rows of [[windowSchema]]; `earliestStart` the
-   * smallest start among them), with their count and earliest start in the clear for
-   * read_key_state.
+   * Writes the record, the event-time timer registered for the key ([[NoTimer]]: none) and the
+   * open windows (rows of [[windowSchema]]; `earliestStart` the smallest start among them),
+   * with their count and earliest start in the clear for read_key_state.
    */
-  def store(s: KeyRecord, open: Iterator[InternalRow], count: Int, earliestStart: Long): Unit = {
+  def store(s: KeyRecord, eventTimerMs: Long, open: Iterator[InternalRow], count: Int, earliestStart: Long): Unit = {
     codec.reset()
     open.foreach(codec.add)
     keyState.update(Row(s.maxEventTime, s.watermark, s.arrivalWatermark, s.lastArrivalMs, s.latenessMicros,
-        s.lateRows, s.regressions, s.quietSinceMs, count, earliestStart, codec.result()))
+        s.lateRows, s.regressions, s.quietSinceMs, count, earliestStart, eventTimerMs, codec.result()))
   }
+
+  /** Writes the row `stored` was loaded from back as it was, with another event-time timer. */
+  def storeEventTimer(stored: StoredKey, eventTimerMs: Long): Unit =
+    keyState.update(Row.fromSeq(stored.row.toSeq.updated(EventTimerOrdinal, eventTimerMs)))
 
   def loadSketch(relativeError: Double): QuantileSketch =
     sketchState.flatMap(v => Option(v.get())) match {
@@ -92,7 +100,17 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
   }
 }
 
+/**
+ * A key's stored row as loaded: its watermark record, the event-time timer registered for it
+ * (in ms, [[KeyState.NoTimer]]: none), its open windows, and the row itself.
+ */
+private[keyedwatermarks] final case class StoredKey(
+    record: KeyRecord, eventTimerMs: Long, windows: Iterator[InternalRow], row: Row)
+
 private[keyedwatermarks] object KeyState {
+  /** No event-time timer is registered for the key. */
+  val NoTimer: Long = Long.MinValue
+
   /**
    * A window in state: its stored aggregation buffer, how many revisions it fired, end, start,
    * and whether it changed since it last fired (sessions with allowed lateness).
@@ -112,8 +130,13 @@ private[keyedwatermarks] object KeyState {
     "max_event_time_us", "watermark_us", "arrival_watermark_us", "last_arrival_ms", "lateness_us",
     "late_rows", "regressions", "quiet_since_ms").map(StructField(_, LongType, nullable = false)) ++ Seq(
     StructField("open_window_count", IntegerType, nullable = false),
-    StructField("earliest_window_start_us", LongType, nullable = false)))
+    StructField("earliest_window_start_us", LongType, nullable = false),
+    // The event-time timer registered for the key (Spark's global watermark in ms): stored, not
+    // re-derived, because it may be earlier than the state needs (see
+    // operator.KeyedWindowProcessor.placeEventTimer).
+    StructField("event_timer_ms", LongType, nullable = false)))
 
+  private val EventTimerOrdinal = WatermarkSchema.fieldIndex("event_timer_ms")
   private val OpenWindowsOrdinal = WatermarkSchema.length
 
   /**
