@@ -10,6 +10,7 @@ lagging key, keys that fall silent and leave state, and a key that returns:
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -103,6 +104,10 @@ def test_read_key_state_and_metrics_match_the_model(spark, workdir):
                 min(want.lags) / SECOND, max(want.lags) / SECOND), p.batchId
             assert min(want.lags) / SECOND <= got["watermark_lag_p50_s"] <= got["watermark_lag_p95_s"] <= max(
                 want.lags) / SECOND
+            # p50 and p95 within 1/256 of the lag of that nearest rank (docs/semantics.md).
+            for q, name in ((0.5, "watermark_lag_p50_s"), (0.95, "watermark_lag_p95_s")):
+                exact = nearest_rank(want.lags, q) / SECOND
+                assert abs(got[name] - exact) <= abs(exact) / 256 + 1e-9, (p.batchId, name, got[name], exact)
             assert got["stuck_keys"] == sum(1 for lag in want.lags if lag > STUCK_S * SECOND), p.batchId
     assert sum(kw.metrics(p)["stuck_keys"] or 0 for p in progress) > 0, "the slow key should count as stuck"
     assert [kw.metrics(p)["state_rows"] for p in progress] == _keys_in_state(model)
@@ -127,6 +132,12 @@ def test_watermark_lag_without_a_global_watermark(spark, workdir):
         assert 0.0 <= got["watermark_lag_p50_s"] <= got["watermark_lag_p95_s"] <= max(lags) / SECOND, p.batchId
         checked += 1 if max(lags) > 0 else 0
     assert checked >= 2, "the stream must have batches whose keys' watermarks differ"
+
+
+def nearest_rank(values, q):
+    """The value of rank ceil(q * n) (at least 1) of `values`."""
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
 
 
 def _keys_in_state(model):
