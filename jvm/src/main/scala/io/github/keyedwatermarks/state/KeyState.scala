@@ -59,11 +59,11 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     val r = keyState.get()
     if (r == null) None
     else Some(StoredKey(
-      new KeyRecord(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
-        r.getLong(6), r.getLong(7)),
-      r.getLong(EventTimerOrdinal),
-      codec.rows(r.getAs[Array[Byte]](OpenWindowsOrdinal), "the open windows in state"),
-      r))
+        new KeyRecord(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
+          r.getLong(6), r.getLong(7)),
+        r.getLong(EventTimerOrdinal),
+        codec.rows(r.getAs[Array[Byte]](OpenWindowsOrdinal), "the open windows in state"),
+        r))
   }
 
   /** A key's record before its first row (or after it left state). */
