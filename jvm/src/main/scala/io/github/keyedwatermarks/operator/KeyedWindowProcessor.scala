@@ -100,7 +100,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    * event-time timer registered for it.
    */
   private final class KeyBatch(timerValues: TimerValues) {
-    val loaded: Option[StoredKey] = state.load()
+    private val loaded: Option[StoredKey] = state.load()
     /** Whether the key had state (false: a new key, or one that returns after leaving state). */
     val existed: Boolean = loaded.isDefined
     private val record = loaded.map(_.record).getOrElse(state.fresh())

@@ -122,7 +122,8 @@ private[keyedwatermarks] object KeyState {
     .add(StructField("kw_dirty", BooleanType, nullable = false))
 
   /**
-   * The key's record: what read_key_state shows (docs/semantics.md, "Per-key state"). Times in
+   * The key's record: what read_key_state shows (docs/semantics.md, "Per-key state"), and the
+   * key's event-time timer, which it does not show. Times in
    * microseconds (`_us`) or processing-time milliseconds (`_ms`); `Long.MinValue` means
    * undefined / none.
    */
