@@ -10,7 +10,6 @@ lagging key, keys that fall silent and leave state, and a key that returns:
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
 from conftest import Replay, run_to_end
+from policy_model import nearest_rank
 from reference_model import run_model
 from test_reference_model import ts
 
@@ -132,12 +132,6 @@ def test_watermark_lag_without_a_global_watermark(spark, workdir):
         assert 0.0 <= got["watermark_lag_p50_s"] <= got["watermark_lag_p95_s"] <= max(lags) / SECOND, p.batchId
         checked += 1 if max(lags) > 0 else 0
     assert checked >= 2, "the stream must have batches whose keys' watermarks differ"
-
-
-def nearest_rank(values, q):
-    """The value of rank ceil(q * n) (at least 1) of `values`."""
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
 
 
 def _keys_in_state(model):
