@@ -27,28 +27,32 @@ private[keyedwatermarks] object KeyMetrics {
     val lag = m.getField("lag")
     val wm = m.getField("watermark")
     // Within a batch either every key with a watermark has a lag (Spark's global watermark is
-    // defined) or none has. With lags: their min, p50, p95 and max from a log-bucket histogram
-    // (LagQuantiles: percentile_approx's sorting was the metrics' main cost with many keys).
-    // Without (max_skew="unbounded", processing-time policies, a skew bound's first batch): the
-    // lag of a key stands as the highest watermark minus its own, whose q quantile is the
-    // highest watermark plus the q quantile of minus the watermarks; these are epoch-sized
-    // values, for which a relative error would be hours, so percentile_approx (rank error) stays,
-    // fed only by keys without a lag.
+    // defined) or none has. With lags: min and max exact, p50 and p95 from a log-bucket
+    // histogram (LagQuantiles: percentile_approx's sorting was the metrics' main cost with many
+    // keys). Without (max_skew="unbounded", processing-time policies, a skew bound's first
+    // batch): the lag of a key stands as the highest watermark minus its own, so the min is 0,
+    // the max the highest minus the lowest watermark, and the q quantile the highest watermark
+    // plus the q quantile of minus the watermarks; these are epoch-sized values, for which a
+    // relative error would be hours, so percentile_approx (rank error) stays, fed only by keys
+    // without a lag.
+    // Each aggregate in a column is its own accumulator: observe() shares none between columns
+    // (AggregatingAccumulator builds every occurrence anew), so each sketch appears in exactly
+    // one column and min and max use Spark's declarative min/max (generated code, no sketch).
     val hasLag = F.count(lag) > 0
-    val lags = LagQuantiles(lag)
-    val fallback = F.percentile_approx(F.when(lag.isNull, -wm), F.array(Seq(0.0, 0.5, 0.95, 1.0).map(F.lit): _*),
-      F.lit(10000))
-    def seconds(i: Int) = F.when(hasLag, lags.getItem(i)).otherwise(fallback.getItem(i) + F.max(wm)) / 1e6
+    val highest = F.max(wm)
+    def seconds(withLag: Column, withoutLag: Column) = F.when(hasLag, withLag).otherwise(withoutLag) / 1e6
+    def quantile(q: Double, i: Int) = seconds(LagQuantiles(lag).getItem(i),
+      F.percentile_approx(F.when(lag.isNull, -wm), F.lit(q), F.lit(10000)) + highest)
     Seq(
       F.count(F.when(isKey, 1)).as("keys_in_batch"),
       flagged(HadRows).as("keys_with_data"),
       flagged(WasNew).as("keys_new"),
       flagged(Released).as("keys_released"),
       F.coalesce(F.sum(m.getField("open_windows")), F.lit(0L)).as("open_windows"),
-      seconds(0).as("watermark_lag_min_s"),
-      seconds(1).as("watermark_lag_p50_s"),
-      seconds(2).as("watermark_lag_p95_s"),
-      seconds(3).as("watermark_lag_max_s"),
+      seconds(F.min(lag), F.when(highest.isNotNull, F.lit(0L))).as("watermark_lag_min_s"),
+      quantile(0.5, 1).as("watermark_lag_p50_s"),
+      quantile(0.95, 2).as("watermark_lag_p95_s"),
+      seconds(F.max(lag), highest - F.min(wm)).as("watermark_lag_max_s"),
       F.when(hasLag, F.count(F.when(lag > stuckAfterMicros, 1))).as("stuck_keys"))
   }
 }
