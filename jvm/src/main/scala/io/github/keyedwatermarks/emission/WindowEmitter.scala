@@ -2,12 +2,11 @@ package io.github.keyedwatermarks.emission
 
 import org.apache.spark.sql.{DataFrame, Row, functions => F}
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, JoinedRow}
-import org.apache.spark.sql.types.{IntegerType, LongType, StringType, StructType, TimestampType}
+import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, JoinedRow, UnsafeProjection}
+import org.apache.spark.sql.types.{BinaryType, IntegerType, LongType, StringType, StructType, TimestampType}
 import org.apache.spark.unsafe.types.UTF8String
 
-import io.github.keyedwatermarks.compat.SparkInternals
-import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
+import io.github.keyedwatermarks.compat.{RowFromBytes, SparkInternals, UnsafeRowBytes}
 import io.github.keyedwatermarks.input
 import io.github.keyedwatermarks.watermark.HeldWatermark
 
@@ -26,6 +25,12 @@ import io.github.keyedwatermarks.watermark.HeldWatermark
  *  - internal: `kw_key_metrics` on one "key" row per key handled, for the per-batch metrics
  *    (observed, then dropped with those rows: see [[WindowEmitter.KeyMetricsColumn]]).
  * The public `agg()` keeps only the window rows and drops the report columns.
+ *
+ * The operator hands each output row to `transformWithState` as one BINARY value, the row's
+ * bytes in Spark's UnsafeRow format ([[OperatorOutputSchema]]), and [[columns]] reads them back
+ * in place: an external Row per output row would cost a conversion of every field each way
+ * (strings decoded to Java and encoded again, a Row per struct), about 6% of the CPU at 100k
+ * keys (benchmarks/results/profile.md, session 11).
  */
 private[keyedwatermarks] final class WindowEmitter(
     aggregateSchema: StructType,
@@ -61,9 +66,15 @@ private[keyedwatermarks] final class WindowEmitter(
   def windowsOnly(output: DataFrame): DataFrame = SparkInternals.withNullability(
     output.where(output.col(KindColumn) === "window").drop(ReportColumns: _*), resultSchema)
 
+  /** The operator's output (rows of [[OperatorOutputSchema]]) as the columns of [[outputSchema]]. */
+  def columns(operatorOutput: DataFrame): DataFrame = RowFromBytes.columns(operatorOutput, BytesColumn, outputSchema)
+
   private val reportWidth = outputSchema.length - resultSchema.length
-  private val converter = new RowConverter(outputSchema)
+  @transient private lazy val project = UnsafeProjection.create(outputSchema)
   @transient private lazy val joined = new JoinedRow
+
+  /** One output row of the operator: `row` (of [[outputSchema]]) as UnsafeRow bytes. */
+  private def out(row: InternalRow): Row = Row(UnsafeRowBytes.bytes(project(row)))
 
   private def watermarkValue(wm: Long): Any = if (wm == HeldWatermark.Undefined) null else wm
 
@@ -74,7 +85,7 @@ private[keyedwatermarks] final class WindowEmitter(
     if (withRevision) report(0) = revision
     report(offset) = WindowKind
     report(offset + 2) = watermarkValue(watermark)
-    converter.toExternal(joined(result, new GenericInternalRow(report)))
+    out(joined(result, new GenericInternalRow(report)))
   }
 
   private def keyed(key: InternalRow, kind: UTF8String, watermark: Long): Array[Any] = {
@@ -92,14 +103,14 @@ private[keyedwatermarks] final class WindowEmitter(
   def lateRows(key: InternalRow, lateRows: Long, watermark: Long): Row = {
     val values = keyed(key, LateKind, watermark)
     values(resultSchema.length + 1) = lateRows
-    converter.toExternal(new GenericInternalRow(values))
+    out(new GenericInternalRow(values))
   }
 
   /** The key's held watermark after a batch whose proposal would have moved it backward. */
   def heldWatermark(key: InternalRow, regressions: Long, watermark: Long): Row = {
     val values = keyed(key, WatermarkKind, watermark)
     values(resultSchema.length + 3) = regressions
-    converter.toExternal(new GenericInternalRow(values))
+    out(new GenericInternalRow(values))
   }
 
   /**
@@ -111,7 +122,7 @@ private[keyedwatermarks] final class WindowEmitter(
     values(outputSchema.length - 1) =
       InternalRow(flags, openWindows, if (watermark == HeldWatermark.Undefined) null else watermark,
         if (lag == HeldWatermark.Undefined) null else lag)
-    converter.toExternal(new GenericInternalRow(values))
+    out(new GenericInternalRow(values))
   }
 
   /** One kept late row: its original columns, the key's watermark and why it is late. */
@@ -119,7 +130,7 @@ private[keyedwatermarks] final class WindowEmitter(
     val values = keyed(key, LateRowKind, watermark)
     values(resultSchema.length + 4) = original
     values(resultSchema.length + 5) = LateReason
-    converter.toExternal(new GenericInternalRow(values))
+    out(new GenericInternalRow(values))
   }
 }
 
@@ -146,6 +157,10 @@ private[keyedwatermarks] object WindowEmitter {
     }
     invalid.select(columns: _*)
   }
+
+  /** The operator's own output: one BINARY column, rows of `outputSchema` as UnsafeRow bytes. */
+  val BytesColumn = "kw_row"
+  val OperatorOutputSchema: StructType = new StructType().add(BytesColumn, BinaryType, nullable = false)
 
   val KindColumn = "kw_kind"
   val LateRowsColumn = "kw_late_rows"

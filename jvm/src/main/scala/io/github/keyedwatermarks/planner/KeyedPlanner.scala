@@ -176,15 +176,18 @@ private[keyedwatermarks] object KeyedPlanner {
     else if (w.policy.usesGlobalWatermark) TimeMode.EventTime()
     else TimeMode.None()
 
-  /** `transformWithState` with the per-key watermark processor over the grouped partials. */
+  /**
+   * `transformWithState` with the per-key watermark processor over the grouped partials; its
+   * rows (UnsafeRow bytes, see [[WindowEmitter]]) read back as the emitter's output columns.
+   */
   def operator(p: Prepared): DataFrame = {
     val keys = p.projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
-    p.grouped
-      .groupBy(keys: _*)
-      .as(Encoders.row(p.projected.keySchema), Encoders.row(p.grouped.schema))
-      .transformWithState(new KeyedWindowProcessor(p.operatorPlan), p.timeMode, OutputMode.Append())(
-        Encoders.row(p.operatorPlan.emitter.outputSchema))
-      .toDF()
+    p.operatorPlan.emitter.columns(p.grouped
+        .groupBy(keys: _*)
+        .as(Encoders.row(p.projected.keySchema), Encoders.row(p.grouped.schema))
+        .transformWithState(new KeyedWindowProcessor(p.operatorPlan), p.timeMode, OutputMode.Append())(
+          Encoders.row(WindowEmitter.OperatorOutputSchema))
+        .toDF())
   }
 
   /**

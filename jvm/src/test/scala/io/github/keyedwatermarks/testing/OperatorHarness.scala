@@ -8,6 +8,8 @@ import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import org.apache.spark.sql.catalyst.util.DateTimeUtils
 import org.apache.spark.sql.types._
 
+import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
+import io.github.keyedwatermarks.compat.UnsafeRowBytes
 import io.github.keyedwatermarks.operator.KeyedWindowProcessor
 import io.github.keyedwatermarks.planner.KeyedPlanner
 import io.github.keyedwatermarks.spec.QueryOptions
@@ -52,9 +54,14 @@ final class OperatorHarness(
     val grouped = KeyedPlanner.prepare(frame, spec, streaming = false).grouped.collect()
     val byKey = grouped.groupBy(r => Row.fromSeq(r.toSeq.takeRight(keyCount)))
     val out = byKey.toSeq.sortBy(_._1.toString).flatMap { case (key, partials) => tester.test(key, partials.toList) }
-    val schema = prepared.operatorPlan.emitter.outputSchema
-    mapper.writeValueAsString(out.map(r => toJson(r, schema)).asJava)
+    mapper.writeValueAsString(out.map(r => toJson(decoded(r), outputSchema)).asJava)
   }
+
+  // The operator's rows are UnsafeRow bytes of the emitter's output schema (WindowEmitter).
+  private val outputSchema = prepared.operatorPlan.emitter.outputSchema
+  private val outputRows = new RowConverter(outputSchema)
+  private def decoded(row: Row): Row =
+    outputRows.toExternal(UnsafeRowBytes.row(row.getAs[Array[Byte]](0), outputSchema.length))
 
   private def fromJson(v: JsonNode, t: DataType): Any =
     if (v == null || v.isNull) null
