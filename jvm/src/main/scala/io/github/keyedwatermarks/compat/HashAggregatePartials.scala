@@ -26,6 +26,9 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  * row count (`count` over the rows whose *last* window it is), its max event time and the
  * policy's maxima (`max`): the payload layout of [[PartialAggregation]].
  *
+ * Spark's two-level hash map is used while the micro-batches before had no more partials
+ * per task than its first level holds ([[TwoLevelMapChoice]]).
+ *
  * Invalid rows (non-zero `kw_invalid_code`) go, once each, to the window start
  * `InvalidRows.sentinelStart(reason)`: one sentinel partial per (key, reason) and partition,
  * which `InvalidRows.observe` counts and drops. Aggregates do see the sentinels' rows (their
@@ -82,23 +85,26 @@ private[compat] object HashAggregatePartials {
       (rows +: maxima).map(AggregateExpression(_, Partial, isDistinct = false))
     val grouping = p.keys :+ startAttr
     val buffers = aggregates.map(_.aggregateFunction.inputAggBufferAttributes)
-    val hashAggregate = HashAggregateExec(
-      requiredChildDistributionExpressions = None,
-      isStreaming = false,
-      numShufflePartitions = None,
-      groupingExpressions = grouping,
-      aggregateExpressions = aggregates,
-      aggregateAttributes = aggregates.map(_.resultAttribute),
-      initialInputBufferOffset = 0,
-      resultExpressions = grouping ++ buffers.flatten,
-      child = windowed)
+    val hashAggregate =
+      if (p.twoLevelMap.useTwoLevelMap(child.conf)) HashAggregateExec(
+        requiredChildDistributionExpressions = None,
+        isStreaming = false,
+        numShufflePartitions = None,
+        groupingExpressions = grouping,
+        aggregateExpressions = aggregates,
+        aggregateAttributes = aggregates.map(_.resultAttribute),
+        initialInputBufferOffset = 0,
+        resultExpressions = grouping ++ buffers.flatten,
+        child = windowed)
+      else new HashAggregateWithoutTwoLevelMap(None, isStreaming = false, None, grouping, aggregates,
+        aggregates.map(_.resultAttribute), 0, grouping ++ buffers.flatten, windowed)
     // Payload: the user's buffers, window start, row count, then the maxima (never null for a
     // real partial: Long.MinValue stands for "none", as in OnHeapPartials).
     val user = buffers.dropRight(1 + maxima.size).flatten
     val rowCount = buffers(buffers.size - 1 - maxima.size).head
     val maxPayload = buffers.takeRight(maxima.size).map(b => Coalesce(Seq(b.head, Literal(Long.MinValue))))
     val payload = user ++ Seq(KnownNotNull(startAttr), rowCount) ++ maxPayload
-    PartialPayloadExec(p.keys, payload, startAttr, rowCount, maxPayload.head, p.output, hashAggregate)
+    PartialPayloadExec(p.keys, payload, startAttr, rowCount, maxPayload.head, p.output, p.twoLevelMap, hashAggregate)
   }
 }
 
@@ -114,6 +120,7 @@ private[keyedwatermarks] case class PartialPayloadExec(
     rows: Attribute,
     maxEventTime: Expression,
     output: Seq[Attribute],
+    twoLevelMap: TwoLevelMapChoice,
     child: SparkPlan)
     extends KeyedPartialNode {
 
@@ -126,7 +133,9 @@ private[keyedwatermarks] case class PartialPayloadExec(
     val bytes = AttributeReference(PartialAggregation.Payload, BinaryType, nullable = false)()
     val outExprs = Seq(bytes, windowStart, rows, maxEventTime) ++ keys
     val numPartials = longMetric("numPartials")
-    child.execute().mapPartitions { partials =>
+    val partialsRdd = child.execute()
+    twoLevelMap.record(numPartials, partialsRdd.getNumPartitions)
+    partialsRdd.mapPartitions { partials =>
       val toPayload = UnsafeProjection.create(payloadExprs, in)
       val toOutput = UnsafeProjection.create(outExprs, bytes +: in)
       val holder = new SpecificInternalRow(Seq(BinaryType))

@@ -97,7 +97,7 @@ private[keyedwatermarks] object PartialAggregation {
       inputs.take(keyCount)
     val node = KeyedPartialAggregate(
       inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source, gap),
-      windows, aggregation, inputs, payload, output, child)
+      windows, aggregation, inputs, payload, output, new TwoLevelMapChoice, child)
     Partials(SparkBridge.ofRows(session, node), payload)
   }
 
@@ -130,6 +130,8 @@ private[keyedwatermarks] case class KeyedPartialAggregate(
     inputs: Seq[Attribute],
     payload: StructType,
     output: Seq[Attribute],
+    /** Spark's two-level hash map or not, from the micro-batches before (HashAggregatePartials). */
+    twoLevelMap: TwoLevelMapChoice,
     child: LogicalPlan)
     extends UnaryNode {
   override protected def withNewChildInternal(newChild: LogicalPlan): KeyedPartialAggregate = copy(child = newChild)
