@@ -35,7 +35,7 @@ private[keyedwatermarks] final class TwoLevelMapChoice extends Serializable {
   def useTwoLevelMap(conf: SQLConf): Boolean =
     conf.enableTwoLevelAggMap && partialsPerTask.forall(_ <= (1L << conf.fastHashAggregateRowMaxCapacityBit))
 
-  // One choice per query; what it shows in explain() (not part of the plan's identity).
+  // Not part of the plan's identity: a query's plans compare (and are canonicalized) as before.
   override def equals(other: Any): Boolean = other.isInstanceOf[TwoLevelMapChoice]
   override def hashCode: Int = 0
   override def toString: String = "TwoLevelMapChoice"
