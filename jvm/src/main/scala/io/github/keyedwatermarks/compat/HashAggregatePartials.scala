@@ -85,19 +85,19 @@ private[compat] object HashAggregatePartials {
       (rows +: maxima).map(AggregateExpression(_, Partial, isDistinct = false))
     val grouping = p.keys :+ startAttr
     val buffers = aggregates.map(_.aggregateFunction.inputAggBufferAttributes)
+    val sparkAggregate = HashAggregateExec(
+      requiredChildDistributionExpressions = None,
+      isStreaming = false,
+      numShufflePartitions = None,
+      groupingExpressions = grouping,
+      aggregateExpressions = aggregates,
+      aggregateAttributes = aggregates.map(_.resultAttribute),
+      initialInputBufferOffset = 0,
+      resultExpressions = grouping ++ buffers.flatten,
+      child = windowed)
     val hashAggregate =
-      if (p.twoLevelMap.useTwoLevelMap(child.conf)) HashAggregateExec(
-        requiredChildDistributionExpressions = None,
-        isStreaming = false,
-        numShufflePartitions = None,
-        groupingExpressions = grouping,
-        aggregateExpressions = aggregates,
-        aggregateAttributes = aggregates.map(_.resultAttribute),
-        initialInputBufferOffset = 0,
-        resultExpressions = grouping ++ buffers.flatten,
-        child = windowed)
-      else new HashAggregateWithoutTwoLevelMap(None, isStreaming = false, None, grouping, aggregates,
-        aggregates.map(_.resultAttribute), 0, grouping ++ buffers.flatten, windowed)
+      if (p.twoLevelMap.useTwoLevelMap(child.conf)) sparkAggregate
+      else HashAggregateWithoutTwoLevelMap(sparkAggregate)
     // Payload: the user's buffers, window start, row count, then the maxima (never null for a
     // real partial: Long.MinValue stands for "none", as in OnHeapPartials).
     val user = buffers.dropRight(1 + maxima.size).flatten

@@ -68,11 +68,18 @@ private[compat] final class HashAggregateWithoutTwoLevelMap(
 
   override def conf: SQLConf = withoutTwoLevelMap
 
+  // Spark's own copy (case-class copy) would drop the subclass: copy, then wrap again.
   override def withNewChildInternal(newChild: SparkPlan): HashAggregateExec =
-    new HashAggregateWithoutTwoLevelMap(requiredChildDistributionExpressions, isStreaming, numShufflePartitions,
-      groupingExpressions, aggregateExpressions, aggregateAttributes, initialInputBufferOffset, resultExpressions,
-      newChild)
+    HashAggregateWithoutTwoLevelMap(super.withNewChildInternal(newChild))
 
   override def nodeName: String = "HashAggregate"
   override def simpleString(maxFields: Int): String = super.simpleString(maxFields) + " (two-level map off)"
+}
+
+private[compat] object HashAggregateWithoutTwoLevelMap {
+  /** `spark`, the same node, with the two-level map off. */
+  def apply(spark: HashAggregateExec): HashAggregateWithoutTwoLevelMap = new HashAggregateWithoutTwoLevelMap(
+    spark.requiredChildDistributionExpressions, spark.isStreaming, spark.numShufflePartitions,
+    spark.groupingExpressions, spark.aggregateExpressions, spark.aggregateAttributes,
+    spark.initialInputBufferOffset, spark.resultExpressions, spark.child)
 }
