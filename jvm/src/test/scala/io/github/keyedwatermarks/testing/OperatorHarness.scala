@@ -8,8 +8,8 @@ import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import org.apache.spark.sql.catalyst.util.DateTimeUtils
 import org.apache.spark.sql.types._
 
-import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
-import io.github.keyedwatermarks.compat.UnsafeRowBytes
+import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
+import io.github.keyedwatermarks.catalyst.UnsafeRowBytes
 import io.github.keyedwatermarks.operator.KeyedWindowProcessor
 import io.github.keyedwatermarks.planner.KeyedPlanner
 import io.github.keyedwatermarks.spec.QueryOptions
