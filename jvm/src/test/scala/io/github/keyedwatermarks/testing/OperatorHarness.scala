@@ -13,8 +13,8 @@ import org.apache.spark.sql.execution.streaming.operators.stateful.transformwith
 import org.apache.spark.sql.kwtest.InMemoryHandles
 import org.apache.spark.sql.types._
 
-import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
-import io.github.keyedwatermarks.compat.UnsafeRowBytes
+import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
+import io.github.keyedwatermarks.catalyst.UnsafeRowBytes
 import io.github.keyedwatermarks.operator.KeyedWindowProcessor
 import io.github.keyedwatermarks.planner.KeyedPlanner
 import io.github.keyedwatermarks.spec.QueryOptions
