@@ -28,7 +28,9 @@ final case class WatermarkSpec(
     globalClosing: Boolean = false,
     sources: Option[SourcesSpec] = None,
     maxAheadMicros: Option[Long] = Some(WatermarkSpec.DefaultMaxAheadMicros),
-    stuckAfterMicros: Long = WatermarkSpec.DefaultStuckAfterMicros) {
+    stuckAfterMicros: Long = WatermarkSpec.DefaultStuckAfterMicros,
+    /** The stage's name in its metrics (default: see planner.KeyedStages.stageName). */
+    stageName: Option[String] = None) {
 
   /**
    * The engine's policy (what the operator reads on executors): the options as components, the
