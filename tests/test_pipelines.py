@@ -20,10 +20,14 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
 from pyspark.sql import DataFrame, functions as F
 
 import keyed_watermarks as kw
 from conftest import Replay
+from policy_model import Policy, run_policy_model
+from test_reference_model import spark_examples
 
 SCHEMA = "device STRING, ts TIMESTAMP, kwh DOUBLE, seq INT"
 UTC = dt.timezone.utc
@@ -198,3 +202,118 @@ def test_keyed_stage_over_a_keyed_stage_in_one_query(spark, workdir: Path) -> No
     assert emitted[("s0", minute0)][1:] == (3, 4.0)
     # s1 closes when its one device's minute [60, 120) reaches it; s0 only once d1's does.
     assert emitted[("s1", minute0)][0] < emitted[("s0", minute0)][0]
+
+
+# ---- kw.rollup against a two-stage model -------------------------------------------------
+SECOND = 1_000_000
+DEVICE_WINDOW_S, SITE_WINDOW_S, DEVICE_LATENESS_S = 10, 30, 5
+SITE_OF = {"d0": "s0", "d1": "s0", "d2": "s0", "d3": "s1"}
+BASE_US = 1_700_000_010 * SECOND  # aligned to both window sizes
+
+
+def model_rollup(batches):
+    """Stage 1: tests/policy_model.py per device (bounded lateness, max_skew unbounded). Stage 2:
+    each window stage 1 emits in batch N is a row of batch N for its site, at the window's start,
+    its device the source; min of the sources seen so far, lateness 0 (the same model)."""
+    devices = run_policy_model(
+        [[(d, t, kwh, None, None) for d, t, kwh in b] for b in batches],
+        DEVICE_WINDOW_S * SECOND,
+        Policy(DEVICE_LATENESS_S * SECOND, max_skew=None),
+    )
+    site_batches = [[] for _ in batches]
+    for device, start, _end, n, values in devices.emitted:
+        site_batches[n].append((SITE_OF[device], start, (len(values), sum(values)), None, device))
+    sites = run_policy_model(site_batches, SITE_WINDOW_S * SECOND, Policy(0, sources=[], max_skew=None))
+    return devices, sites
+
+
+@st.composite
+def device_stream(draw):
+    """Micro-batches of (device, micros, kwh): per-device clocks moving on (a few steps back)."""
+    clock = {d: BASE_US + draw(st.integers(0, 20)) * SECOND for d in SITE_OF}
+    events = draw(
+        st.lists(
+            st.tuples(st.sampled_from(sorted(SITE_OF)), st.sampled_from([0, 2, 4, 7, 9, 12, 15, -3, -8]), st.integers(0, 9)),
+            min_size=8,
+            max_size=40,
+        )
+    )
+    rows = []
+    for device, step, kwh in events:
+        clock[device] += step * SECOND
+        rows.append((device, clock[device], kwh))
+    cuts = sorted(set(draw(st.lists(st.integers(1, len(rows) - 1), min_size=2, max_size=5))))
+    bounds = [0] + cuts + [len(rows)]
+    return [rows[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@pytest.mark.all_versions
+@spark_examples(3)
+@given(batches=device_stream())
+def test_rollup_matches_two_stage_model(spark, tmp_path_factory, batches) -> None:
+    devices, sites = model_rollup(batches)
+    note(f"devices={devices.emitted} sites={sites.emitted} late={sites.late}")
+    root = tmp_path_factory.mktemp("rollup")
+    replay = Replay(spark, root, "device STRING, ts TIMESTAMP, kwh BIGINT")
+    epoch = dt.datetime(1970, 1, 1, tzinfo=UTC)
+    replay.add_all([[(d, epoch + dt.timedelta(microseconds=t), kwh) for d, t, kwh in b] for b in batches])
+    per_device = (
+        kw.keyed_watermark(
+            replay.stream(), key="device", event_time="ts", lateness=f"{DEVICE_LATENESS_S} seconds", max_skew="unbounded"
+        )
+        .window(f"{DEVICE_WINDOW_S} seconds")
+        .agg(F.count("*").alias("n"), F.sum("kwh").alias("kwh"))
+    )
+    site_table = per_device.sparkSession.createDataFrame(sorted(SITE_OF.items()), "device STRING, site STRING")
+    per_site = (
+        kw.rollup(per_device.join(site_table, "device"), key="site", source="device", max_skew="unbounded")
+        .window(f"{SITE_WINDOW_S} seconds")
+        .agg(F.sum("n").alias("n"), F.sum("kwh").alias("kwh"), F.count("*").alias("device_windows"))
+    )
+    batches_out, progress = collect_batches(per_site, root)
+    got = sorted(
+        (r["site"], _micros(r["window"]["start"]), i, r["n"], r["kwh"], r["device_windows"])
+        for i, rows in batches_out
+        for r in rows
+    )
+    want = sorted(
+        (site, start, n, sum(v[0] for v in values), sum(v[1] for v in values), len(values))
+        for site, start, _end, n, values in sites.emitted
+    )
+    assert got == want
+    # Both stages' counts, by stage name: the first unnamed, the rollup named after its key.
+    stages = [kw.metrics(p)["stages"] for p in progress]
+    assert sum(s["site"]["windows_emitted"] for s in stages) == len(sites.emitted)
+    assert sum(s[""]["windows_emitted"] for s in stages) == len(devices.emitted)
+    assert sum(s["site"]["late_rows"] for s in stages) == sum(sites.late.values())
+    assert sum(s[""]["input_rows"] for s in stages) == sum(len(b) for b in batches)
+
+
+def _micros(t: dt.datetime) -> int:
+    return (t.replace(tzinfo=UTC) - dt.datetime(1970, 1, 1, tzinfo=UTC)) // dt.timedelta(microseconds=1)
+
+
+def test_stage_names_and_watermark_upstream_are_checked(spark, workdir: Path) -> None:
+    """Planning only (no query runs): a stage name taken upstream or not a plain word is refused,
+    and so is a skew bound over a stateful operator without a watermark to follow."""
+    replay = Replay(spark, workdir, SCHEMA)
+    replay.add([("d0", at(1), 1.0, 1)])
+    first = (
+        kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness="0 seconds", name="devices")
+        .window("1 minute")
+        .agg(F.count("*").alias("n"))
+    )
+    with pytest.raises(Exception, match=r"name: a keyed stage upstream is already named 'devices'"):
+        kw.rollup(first, key="device", source="device", name="devices").window("1 minute").agg(F.sum("n"))
+    with pytest.raises(Exception, match=r"name: a keyed stage's name is letters"):
+        kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness="0 seconds", name="a-b").window(
+            "1 minute"
+        ).agg(F.count("*"))
+    unbounded = (
+        kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness="0 seconds", max_skew="unbounded")
+        .window("1 minute")
+        .agg(F.count("*").alias("n"))
+    )
+    with pytest.raises(Exception, match=r"max_skew='unbounded'"):
+        kw.rollup(unbounded, key="device", source="device").window("1 minute").agg(F.sum("n"))
+    kw.rollup(unbounded, key="device", source="device", max_skew="unbounded").window("1 minute").agg(F.sum("n"))

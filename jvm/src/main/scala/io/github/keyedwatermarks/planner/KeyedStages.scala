@@ -67,6 +67,10 @@ private[keyedwatermarks] object KeyedStages {
    * DUPLICATED_METRICS_NAME when it starts).
    */
   def stageName(chosen: Option[String], keys: Seq[String], input: LogicalPlan): String = {
+    chosen.foreach { n =>
+      if (n.isEmpty || !n.forall(c => c.isLetterOrDigit || c == '_')) throw new IllegalArgumentException(
+        s"name: a keyed stage's name is letters, digits and '_' (it names the stage's metrics), got '$n'")
+    }
     val taken = stageNamesUpstream(input)
     val name = chosen.getOrElse(if (taken.isEmpty) "" else keys.mkString("_"))
     if (taken.contains(name)) throw new IllegalArgumentException(

@@ -88,11 +88,7 @@ object QueryOptions {
       maxAheadMicros = o.string("max_ahead").fold(Option(WatermarkSpec.DefaultMaxAheadMicros))(WatermarkSpec.maxAhead),
       stuckAfterMicros = o.string("stuck_after").map(DurationOption.nonNegative("stuck_after", _).micros)
         .getOrElse(WatermarkSpec.DefaultStuckAfterMicros),
-      stageName = o.string("name").map { n =>
-        if (n.isEmpty || !n.forall(c => c.isLetterOrDigit || c == '_')) o.fail(
-          s"name: a keyed stage's name is letters, digits and '_' (it names its metrics), got '$n'")
-        n
-      })
+      stageName = o.string("name"))
   }
 
   private def windows(o: Options): WindowSpec = (o.node("window"), o.node("session")) match {
