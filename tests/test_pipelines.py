@@ -202,6 +202,12 @@ def test_keyed_stage_over_a_keyed_stage_in_one_query(spark, workdir: Path) -> No
     assert emitted[("s0", minute0)][1:] == (3, 4.0)
     # s1 closes when its one device's minute [60, 120) reaches it; s0 only once d1's does.
     assert emitted[("s1", minute0)][0] < emitted[("s0", minute0)][0]
+    # The site stage follows the global watermark the device stage defined (its lag metrics are
+    # measured from it: stuck_keys is null without one), and both stages report their counts.
+    stages = [kw.metrics(p).get("stages", {}) for p in progress]
+    assert any(s.get("site", {}).get("stuck_keys") is not None for s in stages)
+    assert sum(s["site"]["windows_emitted"] for s in stages if "site" in s) == 2
+    assert sum(s[""]["input_rows"] for s in stages if "" in s) == 10
 
 
 # ---- kw.rollup against a two-stage model -------------------------------------------------

@@ -125,8 +125,8 @@ private[keyedwatermarks] object KeyedPlanner {
      *    it for one downstream;
      *  - the input Dataset's id and column position (classic Dataset.col tags its columns so
      *    that Spark can tell the sides of a self-join apart): on the output's new columns they
-     *    point at the input Dataset, and with a join in the plan Spark's ambiguous-self-join
-     *    check then refused the query ("Column window#N are ambiguous").
+     *    would point at the input Dataset, which Spark's ambiguous-self-join check rejects in a
+     *    plan with a join (see [[reference]]).
      */
     def resultSchema: StructType = StructType(schema.fields.map { f =>
       val stale = Reference.InputMetadata.filter(f.metadata.contains)
