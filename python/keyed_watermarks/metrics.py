@@ -7,10 +7,7 @@ from typing import Any, Dict, Mapping
 
 from pyspark.errors import PySparkTypeError
 
-INPUT_METRICS = "keyed_watermarks_input"
-OUTPUT_METRICS = "keyed_watermarks_output"
-# A named stage's metrics: "keyed_watermarks_input.<name>" (keyed_watermark(..., name=...)).
-STAGE_SEPARATOR = "."
+from keyed_watermarks._contract import INPUT_METRICS, OUTPUT_METRICS, STAGE_SEPARATOR
 
 
 def metrics(progress: Any) -> Dict[str, Any]:

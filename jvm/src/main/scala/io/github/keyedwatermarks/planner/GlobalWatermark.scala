@@ -3,7 +3,7 @@ package io.github.keyedwatermarks.planner
 import org.apache.spark.sql.{DataFrame, functions => F}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 
-import io.github.keyedwatermarks.compat.PartialAggregation
+import io.github.keyedwatermarks.partials.PartialColumns
 import io.github.keyedwatermarks.spec.WatermarkSpec
 
 /**
@@ -45,6 +45,6 @@ private[keyedwatermarks] object GlobalWatermark {
     else track(partials, spec.lateness.text)
 
   def track(partials: DataFrame, lateness: String): DataFrame =
-    partials.withColumn(EventTimeColumn, F.timestamp_micros(partials.col(PartialAggregation.MaxEventTime)))
+    partials.withColumn(EventTimeColumn, F.timestamp_micros(partials.col(PartialColumns.MaxEventTime)))
       .withWatermark(EventTimeColumn, lateness)
 }

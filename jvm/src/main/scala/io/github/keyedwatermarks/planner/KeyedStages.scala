@@ -5,6 +5,7 @@ import org.apache.spark.sql.catalyst.plans.logical.{
   LogicalPlan, TransformWithState
 }
 
+import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.input.InputPlan
 import io.github.keyedwatermarks.operator.KeyedWindowProcessor
 
@@ -54,8 +55,7 @@ private[keyedwatermarks] object KeyedStages {
       c.name.stripPrefix(InputPlan.InputMetrics + StageSeparator)
   }
 
-  /** Between a metric's name and its stage's name: `keyed_watermarks_input.site`. */
-  val StageSeparator = "."
+  val StageSeparator: String = Contract.StageSeparator
 
   /** The observed-metrics name of a stage ("" is the unnamed stage: the name alone). */
   def metricsName(base: String, stage: String): String = if (stage.isEmpty) base else base + StageSeparator + stage
