@@ -14,12 +14,14 @@ from keyed_watermarks._jvm import configure, jar_path  # noqa: E402
 from keyed_watermarks.keyed import AdaptiveLateness, KeyedWatermark, KeyedWindow, keyed_watermark  # noqa: E402
 from keyed_watermarks.metrics import metrics  # noqa: E402
 from keyed_watermarks.report import foreach_batch, split_report  # noqa: E402
+from keyed_watermarks.rollup import rollup  # noqa: E402
 from keyed_watermarks.state import read_key_state  # noqa: E402
 
 __all__ = [
     "configure",
     "jar_path",
     "keyed_watermark",
+    "rollup",
     "AdaptiveLateness",
     "KeyedWatermark",
     "KeyedWindow",

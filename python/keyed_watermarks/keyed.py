@@ -238,6 +238,7 @@ def keyed_watermark(
     source_idle_timeout: Optional[Duration] = None,
     max_ahead: Optional[Duration] = None,
     stuck_after: Optional[Duration] = None,
+    name: Optional[str] = None,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
@@ -269,6 +270,10 @@ def keyed_watermark(
         are invalid (counted, never aggregated; default one day; ``"unbounded"`` turns it off).
     :param stuck_after: the per-batch metric ``stuck_keys`` counts keys whose watermark trails
         Spark's global watermark by more than this (default 10 minutes; see :func:`metrics`).
+    :param name: the stage's name, for a query with several keyed stages: its observed metrics
+        are ``keyed_watermarks_input.<name>`` and ``keyed_watermarks_output.<name>``. Default:
+        none for the query's first keyed stage (the plain names), the key columns joined with
+        ``_`` for a later one (see docs/semantics.md, "Keyed stages in a pipeline").
 
     Bad input (unknown column, non-timestamp event time, bad or negative duration, options
     that cannot be combined) raises before any query starts.
@@ -326,6 +331,7 @@ def keyed_watermark(
             "source_idle_timeout": _duration("source_idle_timeout", source_idle_timeout),
             "max_ahead": _duration("max_ahead", max_ahead),
             "stuck_after": _duration("stuck_after", stuck_after),
+            "name": name,
         }
     )
     return KeyedWatermark._from_options(events, options, columns)
