@@ -140,7 +140,9 @@ def window_rows(spark, out: Path):
 
     if not out.exists():
         return []
-    df = spark.read.parquet(str(out)).where("kw_kind = 'window'")
+    # The part files themselves, not the sink's log: a sink that started at a later batch (a
+    # restored checkpoint) has a log Spark's reader refuses (no entry 0).
+    df = spark.read.parquet(str(out / "part-*")).where("kw_kind = 'window'")
     w = "session_window" if "session_window" in df.columns else "window"
     cols = ["device", F.unix_micros(f"{w}.start"), F.unix_micros(f"{w}.end"), "n", "s", "hi"]
     if "revision" in df.columns:
