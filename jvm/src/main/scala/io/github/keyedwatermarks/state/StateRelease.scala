@@ -28,7 +28,8 @@ private[keyedwatermarks] object StateRelease {
   val Current: Release = {
     val in = getClass.getResourceAsStream("/io/github/keyedwatermarks/release")
     require(in != null, "the jar has no io/github/keyedwatermarks/release (built without build.sbt?)")
-    try parse(new String(in.readAllBytes(), "UTF-8").trim) finally in.close()
+    try parse(new String(in.readAllBytes(), "UTF-8").trim)
+    finally in.close()
   }
 
   /** "1.2.3", "1.2.3-SNAPSHOT" or "1.2.3.dev0": the numbers. */
