@@ -78,7 +78,8 @@ from harness.emission import emission_delay, emission_run  # noqa: E402
 from harness.flink import (FLINK_PYTHON, delayed_devices_accuracy,  # noqa: E402
                            delayed_devices_markdown, flink_markdown, run_flink)
 from harness.latency_mode import main_latency  # noqa: E402
-from harness.methods import METHODS, PYTHON_METHODS  # noqa: E402
+from harness.floor import BUILD_HINT, floor_jar  # noqa: E402
+from harness.methods import METHODS, PYTHON_METHODS, WINDOWLESS_METHODS  # noqa: E402
 from harness.profiling import start_recording, stop_recording  # noqa: E402
 from harness.report import Result, markdown  # noqa: E402
 from harness.session import build_session, close_session, log  # noqa: E402
@@ -152,7 +153,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
                                                "results/quick.md with --quick)")
     args = p.parse_args(argv)
     if args.methods is None:
-        args.methods = "native,keyed" if args.latency else ",".join(METHODS)
+        # tws_floor by default only when its jar is built (./dev/sbt jmh/package)
+        args.methods = "native,keyed" if args.latency else ",".join(
+            m for m in METHODS if m != "tws_floor" or floor_jar() is not None)
     if args.quick:
         args.runs = 1
         if args.latency:
@@ -167,6 +170,8 @@ def main(argv: List[str]) -> int:
     for m in methods:
         if m not in METHODS:
             raise SystemExit(f"unknown method {m!r}; choose from {METHODS}")
+    if "tws_floor" in methods and floor_jar() is None:
+        raise SystemExit(f"tws_floor: no benchmarks/jmh jar; {BUILD_HINT}")
     if args.keyed_options:  # more keyword arguments of kw.keyed_watermark for the keyed method
         methods_mod.KEYED_OPTIONS.update(json.loads(args.keyed_options))
     if args.latency:
@@ -186,7 +191,8 @@ def main(argv: List[str]) -> int:
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
     spark = build_session(args.driver_memory, args.changelog_checkpointing,
-                          profile=bool(args.profile), jar=args.jar, conf=args.conf)
+                          profile=bool(args.profile), jar=args.jar, conf=args.conf,
+                          extra_jars=[str(floor_jar())] if "tws_floor" in methods else [])
     check_note = None
     skipped: List[str] = []
     results: List[Result] = []
@@ -240,7 +246,7 @@ def main(argv: List[str]) -> int:
                     recording = None
             if not args.no_emission_delay:
                 for m in cfg_methods:
-                    if m == "stateless":
+                    if m in WINDOWLESS_METHODS:
                         continue
                     r = per_method[m]
                     emitted = emission_run(spark, m, input_dir, work)

@@ -19,7 +19,7 @@ import latency
 from harness.data import (DELAYED_FRACTION, LATENESS, MAX_DELAY_US, MEAN_DELAY_US, SCHEMA,
                           WINDOW, Config, _k, generate)
 from harness.emission import closing_file
-from harness.methods import result_frame
+from harness.methods import WINDOWLESS_METHODS, result_frame
 from harness.session import build_session, close_session, log
 
 HERE = Path(__file__).resolve().parent.parent
@@ -27,8 +27,8 @@ HERE = Path(__file__).resolve().parent.parent
 
 def main_latency(args: argparse.Namespace, methods: List[str], argv: List[str]) -> int:
     """--latency: the same files fed at one per second to each method in turn (latency.py)."""
-    if "stateless" in methods:
-        raise SystemExit("--latency: 'stateless' emits no windows; choose stateful methods")
+    if any(m in WINDOWLESS_METHODS for m in methods):
+        raise SystemExit("--latency: 'stateless' and 'tws_floor' emit no windows; choose windowed methods")
     command = " ".join([".venv/bin/python", "benchmarks/run_benchmarks.py"] + [shlex.quote(a) for a in argv])
     out_md = Path(args.out) if args.out else HERE / "results" / (
         "latency-quick.md" if args.quick else "latency.md")

@@ -9,11 +9,14 @@ from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
 import keyed_watermarks as kw
+from harness import floor
 from harness.data import LATENESS, LATENESS_US, WINDOW, WINDOW_US
 from python_keyed import python_keyed_windows
 from python_tws import python_tws_windows
 
-METHODS = ["native", "keyed", "python", "python_tws", "stateless"]
+METHODS = ["native", "keyed", "python", "python_tws", "stateless", "tws_floor"]
+# Methods that emit no windows: no emission delay, no latency run.
+WINDOWLESS_METHODS = ("stateless", "tws_floor")
 # The pure-Python competitors: one Python call per key and micro-batch (--python-max-keys), and
 # their output is checked against ours before timing (check_competitors).
 PYTHON_METHODS = ("python", "python_tws")
@@ -23,6 +26,7 @@ METHOD_TITLES = {
     "python": "pure-Python keyed (applyInPandasWithState)",
     "python_tws": "pure-Python keyed (transformWithStateInPandas, value + map state)",
     "stateless": "limit: stateless groupBy(device, window) per batch (foreachBatch)",
+    "tws_floor": "floor: minimal JVM transformWithState, one value and one row per key per batch",
 }
 
 
@@ -53,6 +57,8 @@ def result_frame(method: str, events: DataFrame) -> DataFrame:
 def writer_for(method: str, events: DataFrame) -> DataStreamWriter:
     if method in ("native", "keyed") + PYTHON_METHODS:
         return result_frame(method, events).writeStream.format("noop").outputMode("append")
+    if method == "tws_floor":
+        return floor.floor_frame(events).writeStream.format("noop").outputMode("append")
     if method == "stateless":
         def per_batch(batch: DataFrame, batch_id: int) -> None:
             (batch.groupBy("device", F.window("ts", WINDOW)).agg(*aggregates())

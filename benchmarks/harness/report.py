@@ -84,12 +84,14 @@ def ratio_table(results: List[Result]) -> List[str]:
     limit at most about 1), and ours' run-to-run spread, (max - min) / median."""
     by = {(r.config, r.method): r for r in results if r.warmup}
     configs = list(dict.fromkeys(r.config for r in results))
-    others = [m for m in ("native", "stateless", "python", "python_tws")
+    others = [m for m in ("native", "stateless", "tws_floor", "python", "python_tws")
               if any((c, m) in by for c in configs)]
     if not any((c, "keyed") in by for c in configs) or not others:
         return []
     lines = ["", "Ours (keyed) against the others, this run's medians (X's median / ours; the "
-             "stateless limit reads and partially aggregates the same rows with no state):", "",
+             "stateless limit reads and partially aggregates the same rows with no state; the "
+             "tws_floor is the least a JVM transformWithState does per key, so vs tws_floor = "
+             "ours / floor in throughput):", "",
              "| config | " + " | ".join(f"vs {m}" for m in others) + " | ours: spread of timed runs |",
              "|---|" + "---:|" * (len(others) + 1)]
     for c in configs:

@@ -17,7 +17,8 @@ HERE = Path(__file__).resolve().parent.parent
 
 
 def build_session(driver_memory: str, changelog: bool, profile: bool = False,
-                  jar: Optional[str] = None, conf: Sequence[str] = ()) -> SparkSession:
+                  jar: Optional[str] = None, conf: Sequence[str] = (),
+                  extra_jars: Sequence[str] = ()) -> SparkSession:
     # Python workers (the competitor) must run this interpreter (pandas, numpy, pyarrow).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # pyspark 4.3 warns about pandas >= 3 in every worker; keep the log readable.
@@ -41,6 +42,8 @@ def build_session(driver_memory: str, changelog: bool, profile: bool = False,
         if not eq or not key.strip():
             raise SystemExit(f"--conf {kv!r}: expected KEY=VALUE, e.g. spark.sql.shuffle.partitions=4")
         builder = builder.config(key.strip(), value.strip())
+    if extra_jars:  # kw.configure appends the library's jar to these
+        builder = builder.config("spark.jars", ",".join(extra_jars))
     if profile:  # deep stacks: Spark's task stacks exceed JFR's default depth of 64
         builder = builder.config("spark.driver.extraJavaOptions",
                                  "-XX:FlightRecorderOptions:stackdepth=1024")
