@@ -23,7 +23,12 @@ def metrics(progress: Any) -> Dict[str, Any]:
     ``state_rows`` (rows in state: one per key, plus one per key for adaptive lateness's sketch
     and one per (key, source) for min of inputs) and ``state_rows_removed``.
 
-    >>> query.lastProgress and kw.metrics(query.lastProgress)["keys_released"]  # doctest: +SKIP
+    On a running query, ``kw.metrics(query.lastProgress)["late_rows"]``. From a progress's JSON
+    (here cut down to two observed fields):
+
+    >>> kw.metrics({"batchId": 3, "observedMetrics": {
+    ...     "keyed_watermarks_output": {"windows_emitted": 2, "late_rows": 1}}})
+    {'batch_id': 3, 'windows_emitted': 2, 'late_rows': 1}
     """
     if progress is None:
         raise PySparkTypeError(message="metrics: expected a StreamingQueryProgress (or its JSON dict), got None")
