@@ -102,6 +102,32 @@ def test_site_links_resolve(site: Path) -> None:
     assert "scaladoc/index.html" in (site / "api" / "scala.html").read_text()
 
 
+def _github_slug(heading: str) -> str:
+    """The anchor GitHub (and the site, myst_heading_anchors) gives a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_repository_markdown_links_resolve() -> None:
+    """README.md and CONTRIBUTING.md, read on the repository's front page: every relative link
+    names an existing file, and a #fragment into a Markdown file one of its headings."""
+    broken = []
+    for doc in (ROOT / "README.md", ROOT / "CONTRIBUTING.md"):
+        text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+        for link in re.findall(r"\]\(([^)\s]+)\)", text):
+            url = urlsplit(link)
+            if url.scheme:
+                continue
+            target = (doc.parent / url.path) if url.path else doc
+            if not target.exists():
+                broken.append((doc.name, link))
+            elif url.fragment and target.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", target.read_text(), flags=re.M)
+                if url.fragment not in {_github_slug(h) for h in headings}:
+                    broken.append((doc.name, link))
+    assert not broken, broken
+
+
 def test_contributing_layout_names_real_paths() -> None:
     """The layout map of CONTRIBUTING.md: each path exists, and every package directory of the
     Scala sources is in it (a moved or new package must be added)."""
