@@ -35,7 +35,6 @@ nitpick_ignore_regex = [
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
-autodoc_class_signature = "separated"
 
 html_theme = "furo"
 html_title = f"keyed-watermarks {release}"
@@ -44,3 +43,16 @@ html_static_path = []
 # The link to it in api/scala.md is checked like any other (tests/test_docs.py).
 extra = Path(os.environ.get("KW_DOCS_EXTRA", root / "build" / "docs" / "extra")).resolve()
 html_extra_path = [str(extra)] if extra.is_dir() else []
+
+
+
+def _hide_internal_constructors(app, what, name, obj, options, signature, return_annotation):
+    """KeyedWatermark and KeyedWindow are made by keyed_watermark(...) and .window(...), not by
+    their constructors: their class headers show no constructor signature."""
+    if what == "class" and name in ("keyed_watermarks.KeyedWatermark", "keyed_watermarks.KeyedWindow"):
+        return "", None
+    return None
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _hide_internal_constructors)

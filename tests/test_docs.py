@@ -102,6 +102,14 @@ def test_site_links_resolve(site: Path) -> None:
     assert "scaladoc/index.html" in (site / "api" / "scala.html").read_text()
 
 
+def test_api_page_has_every_public_name(site: Path) -> None:
+    """The Python API page documents every name of kw.__all__ (autodoc leaves out a member
+    without a docstring, so this fails when one loses it)."""
+    html = (site / "api" / "python.html").read_text()
+    missing = [n for n in kw.__all__ if f'id="keyed_watermarks.{n}"' not in html]
+    assert not missing, f"not on the Python API page: {missing}"
+
+
 def _github_slug(heading: str) -> str:
     """The anchor GitHub (and the site, myst_heading_anchors) gives a Markdown heading."""
     text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
