@@ -122,8 +122,6 @@ class KeyedWindow:
         Split the stream into results and late rows with :func:`keyed_watermarks.split_report`
         or write both from one query with :func:`keyed_watermarks.foreach_batch`:
 
-        >>> import tempfile
-        >>> out = tempfile.mkdtemp()
         >>> report = (kw.keyed_watermark(events, key="device", event_time="ts",
         ...                              lateness="5 seconds")
         ...           .window("10 seconds")
@@ -131,12 +129,14 @@ class KeyedWindow:
         >>> report.columns
         ['device', 'window', 'n', 'kw_kind', 'kw_late_rows', 'kw_watermark', 'kw_regressions',
          'kw_late_row', 'kw_reason']
-        >>> query = (report.writeStream.foreachBatch(kw.foreach_batch(
-        ...     results=lambda df, batch_id: df.write.mode("append").parquet(f"{out}/results"),
-        ...     late_rows=lambda df, batch_id: df.write.mode("append").parquet(f"{out}/dead_letter"),
-        ... )).option("checkpointLocation", f"{out}/checkpoint").start())
-        >>> query.processAllAvailable()
-        >>> query.stop()
+        >>> writer = kw.foreach_batch(
+        ...     results=lambda df, batch_id: df.write.mode("append").parquet("out/results"),
+        ...     late_rows=lambda df, batch_id: df.write.mode("append").parquet("out/dead_letter"))
+        >>> query_builder = (report.writeStream.foreachBatch(writer)
+        ...                  .option("checkpointLocation", "out/checkpoint"))
+
+        ``query_builder.start()`` starts it; a whole run, with its late and invalid rows in a
+        dead-letter table: docs/guide/late-rows.md.
         """
         return self._plan(cols, report=True, keep_late_rows=_bool("keep_late_rows", keep_late_rows))
 
