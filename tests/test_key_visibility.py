@@ -17,13 +17,10 @@ import textwrap
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_to_end
 from policy_model import nearest_rank
 from reference_model import run_model
-from test_reference_model import ts
+from support import BASE, SECOND, Replay, run_to_end, ts
 
-SECOND = 1_000_000
-BASE = 1_704_067_200 * SECOND
 LATENESS_S, WINDOW_S, SKEW_S, STUCK_S = 2, 10, 15, 5
 
 

@@ -9,10 +9,10 @@ import pyspark
 from pyspark.errors import PySparkRuntimeError, PySparkTypeError
 from pyspark.sql import DataFrame, SparkSession
 
-from keyed_watermarks import _versions
+from keyed_watermarks import _contract, _versions
 
-_ENTRY = "io.github.keyedwatermarks.python.PythonAPI"
-EXTENSIONS = "io.github.keyedwatermarks.KeyedWatermarksExtensions"
+_ENTRY = _contract.PYTHON_API_CLASS
+EXTENSIONS = _contract.EXTENSIONS_CLASS
 ROCKSDB_PROVIDER = (
     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 )
@@ -40,13 +40,10 @@ def jar_path(spark_version: Optional[str] = None) -> str:
 
 
 def is_connect(spark: Any) -> bool:
-    try:
-        from pyspark.sql.utils import is_remote
+    from pyspark.sql.utils import is_remote
 
-        if is_remote():
-            return True
-    except ImportError:  # pragma: no cover - older pyspark
-        pass
+    if is_remote():
+        return True
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 

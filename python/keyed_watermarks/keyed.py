@@ -10,6 +10,7 @@ from pyspark.errors import PySparkTypeError
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from keyed_watermarks import _contract
 from keyed_watermarks._backend import backend
 
 Duration = Union[str, datetime.timedelta]
@@ -65,10 +66,10 @@ class AdaptiveLateness:
     ['device', 'window', 'n']
     """
 
-    quantile: float = 0.99
-    min: Duration = "0 seconds"
-    max: Duration = "1 hour"
-    relative_error: float = 0.01
+    quantile: float = _contract.ADAPTIVE_QUANTILE
+    min: Duration = _contract.ADAPTIVE_MIN
+    max: Duration = _contract.ADAPTIVE_MAX
+    relative_error: float = _contract.ADAPTIVE_RELATIVE_ERROR
 
 
 class KeyedWindow:
@@ -144,87 +145,25 @@ class KeyedWindow:
 class KeyedWatermark:
     """Per-key event-time watermark over a streaming DataFrame.
 
-    ``wm(key) = max event time seen for key - lateness``; see docs/semantics.md. This class
-    only converts its arguments (durations to Spark duration strings, names to lists); the
-    JVM checks every option, with the same messages on classic and Spark Connect sessions.
+    ``wm(key) = max event time seen for key - lateness``; see docs/semantics.md. Built by
+    :func:`keyed_watermark`, which converts its arguments (durations to Spark duration strings,
+    names to lists); the JVM checks every option, with the same messages on classic and Spark
+    Connect sessions.
     """
 
-    def __init__(
-        self,
-        events: DataFrame,
-        key: Union[str, Sequence[str]],
-        event_time: str,
-        lateness: Duration,
-        idle_timeout: Optional[Duration] = None,
-        *,
-        key_lateness: Union[Column, Mapping[str, Duration], None] = None,
-        adaptive_lateness: Optional[AdaptiveLateness] = None,
-        clock: str = "event_time",
-        advance_when_idle: bool = False,
-        max_skew: Optional[Duration] = None,
-        closing: str = "keyed",
-        source: Union[str, Column, None] = None,
-        sources: Optional[Sequence[str]] = None,
-        source_idle_timeout: Optional[Duration] = None,
-        max_ahead: Optional[Duration] = None,
-        stuck_after: Optional[Duration] = None,
-    ) -> None:
-        if not isinstance(event_time, str) or not event_time:
-            raise PySparkTypeError(message=f"event_time: expected a column name, got {event_time!r}")
-        columns: Dict[str, Column] = {}
-        mapping = None
-        if isinstance(key_lateness, Column):
-            columns["key_lateness"] = key_lateness
-        elif isinstance(key_lateness, Mapping):
-            mapping = {str(k): _duration(f"key_lateness[{k!r}]", d) for k, d in key_lateness.items()}
-        elif key_lateness is not None:
-            raise PySparkTypeError(
-                message="key_lateness: expected a Column of durations or a dict of key -> duration, "
-                f"got {type(key_lateness).__name__}"
-            )
-        adaptive = None
-        if adaptive_lateness is not None:
-            if not isinstance(adaptive_lateness, AdaptiveLateness):
-                raise PySparkTypeError(message="adaptive_lateness: expected kw.AdaptiveLateness(...)")
-            a = adaptive_lateness
-            adaptive = {
-                "quantile": a.quantile,
-                "min": _duration("adaptive_lateness.min", a.min),
-                "max": _duration("adaptive_lateness.max", a.max),
-                "relative_error": a.relative_error,
-            }
-        if source is not None:
-            if isinstance(source, str):
-                source = F.col(source)
-            if not isinstance(source, Column):
-                raise PySparkTypeError(message="source: expected a column name or a Column")
-            columns["source"] = source
-        if sources is not None:
-            if isinstance(sources, str) or not all(isinstance(n, str) for n in sources):
-                raise PySparkTypeError(message=f"sources: expected a list of strings, got {sources!r}")
-            sources = list(sources) or None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise PySparkTypeError(message="KeyedWatermark: build it with kw.keyed_watermark(events, ...)")
+
+    @classmethod
+    def _from_options(cls, events: DataFrame, options: Dict[str, Any], columns: Dict[str, Column]) -> "KeyedWatermark":
+        """The watermark of ``keyed_watermark``'s converted options, checked by the JVM at once."""
+        self = cls.__new__(cls)
         self._events = events
         self._columns = columns
-        self._options = _drop_none(
-            {
-                "key": _names("key", key),
-                "event_time": event_time,
-                "lateness": _duration("lateness", lateness),
-                "idle_timeout": _duration("idle_timeout", idle_timeout),
-                "key_lateness": mapping,
-                "adaptive_lateness": adaptive,
-                "clock": clock,
-                "advance_when_idle": _bool("advance_when_idle", advance_when_idle),
-                "max_skew": _duration("max_skew", max_skew),
-                "closing": closing,
-                "sources": sources,
-                "source_idle_timeout": _duration("source_idle_timeout", source_idle_timeout),
-                "max_ahead": _duration("max_ahead", max_ahead),
-                "stuck_after": _duration("stuck_after", stuck_after),
-            }
-        )
+        self._options = options
         self._backend = backend(events)
         self._backend.validate_watermark(events, self._options, columns)
+        return self
 
     def _windows(self, windows: Dict[str, Any], columns: Dict[str, Column]) -> KeyedWindow:
         window = KeyedWindow(self, windows)
@@ -312,10 +251,10 @@ def keyed_watermark(
     *,
     key_lateness: Union[Column, Mapping[str, Duration], None] = None,
     adaptive_lateness: Optional[AdaptiveLateness] = None,
-    clock: str = "event_time",
+    clock: Optional[str] = None,
     advance_when_idle: bool = False,
     max_skew: Optional[Duration] = None,
-    closing: str = "keyed",
+    closing: Optional[str] = None,
     source: Union[str, Column, None] = None,
     sources: Optional[Sequence[str]] = None,
     source_idle_timeout: Optional[Duration] = None,
@@ -367,21 +306,56 @@ def keyed_watermark(
     pyspark.errors.exceptions.captured.IllegalArgumentException: event_time: column 'temp' must be
     of type TIMESTAMP, but it is DOUBLE; cast it first, e.g. F.col('temp').cast('timestamp')
     """
-    return KeyedWatermark(
-        events,
-        key,
-        event_time,
-        lateness,
-        idle_timeout,
-        key_lateness=key_lateness,
-        adaptive_lateness=adaptive_lateness,
-        clock=clock,
-        advance_when_idle=advance_when_idle,
-        max_skew=max_skew,
-        closing=closing,
-        source=source,
-        sources=sources,
-        source_idle_timeout=source_idle_timeout,
-        max_ahead=max_ahead,
-        stuck_after=stuck_after,
+    if not isinstance(event_time, str) or not event_time:
+        raise PySparkTypeError(message=f"event_time: expected a column name, got {event_time!r}")
+    columns: Dict[str, Column] = {}
+    mapping = None
+    if isinstance(key_lateness, Column):
+        columns["key_lateness"] = key_lateness
+    elif isinstance(key_lateness, Mapping):
+        mapping = {str(k): _duration(f"key_lateness[{k!r}]", d) for k, d in key_lateness.items()}
+    elif key_lateness is not None:
+        raise PySparkTypeError(
+            message="key_lateness: expected a Column of durations or a dict of key -> duration, "
+            f"got {type(key_lateness).__name__}"
+        )
+    adaptive = None
+    if adaptive_lateness is not None:
+        if not isinstance(adaptive_lateness, AdaptiveLateness):
+            raise PySparkTypeError(message="adaptive_lateness: expected kw.AdaptiveLateness(...)")
+        a = adaptive_lateness
+        adaptive = {
+            "quantile": a.quantile,
+            "min": _duration("adaptive_lateness.min", a.min),
+            "max": _duration("adaptive_lateness.max", a.max),
+            "relative_error": a.relative_error,
+        }
+    if source is not None:
+        if isinstance(source, str):
+            source = F.col(source)
+        if not isinstance(source, Column):
+            raise PySparkTypeError(message="source: expected a column name or a Column")
+        columns["source"] = source
+    if sources is not None:
+        if isinstance(sources, str) or not all(isinstance(n, str) for n in sources):
+            raise PySparkTypeError(message=f"sources: expected a list of strings, got {sources!r}")
+        sources = list(sources) or None
+    options = _drop_none(
+        {
+            "key": _names("key", key),
+            "event_time": event_time,
+            "lateness": _duration("lateness", lateness),
+            "idle_timeout": _duration("idle_timeout", idle_timeout),
+            "key_lateness": mapping,
+            "adaptive_lateness": adaptive,
+            "clock": clock,
+            "advance_when_idle": _bool("advance_when_idle", advance_when_idle),
+            "max_skew": _duration("max_skew", max_skew),
+            "closing": closing,
+            "sources": sources,
+            "source_idle_timeout": _duration("source_idle_timeout", source_idle_timeout),
+            "max_ahead": _duration("max_ahead", max_ahead),
+            "stuck_after": _duration("stuck_after", stuck_after),
+        }
     )
+    return KeyedWatermark._from_options(events, options, columns)

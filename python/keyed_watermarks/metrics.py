@@ -7,8 +7,7 @@ from typing import Any, Dict, Mapping
 
 from pyspark.errors import PySparkTypeError
 
-INPUT_METRICS = "keyed_watermarks_input"
-OUTPUT_METRICS = "keyed_watermarks_output"
+from keyed_watermarks._contract import INPUT_METRICS, OUTPUT_METRICS
 
 
 def metrics(progress: Any) -> Dict[str, Any]:

@@ -11,14 +11,7 @@ from typing import Any, Callable, Optional, Tuple
 from pyspark.errors import PySparkTypeError, PySparkValueError
 from pyspark.sql import DataFrame, functions as F
 
-REPORT_COLUMNS = (
-    "kw_kind",
-    "kw_late_rows",
-    "kw_watermark",
-    "kw_regressions",
-    "kw_late_row",
-    "kw_reason",
-)
+from keyed_watermarks._contract import REPORT_COLUMNS
 
 BatchWriter = Callable[[DataFrame, int], Any]
 

@@ -8,8 +8,8 @@ from pyspark.errors import PySparkTypeError, PySparkValueError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-# Long.MinValue: "undefined" / "none" in the state record (docs/semantics.md, "Per-key state").
-_UNDEFINED = -(2**63)
+from keyed_watermarks._contract import KEY_STATE_VARIABLE
+from keyed_watermarks._contract import STATE_UNDEFINED as _UNDEFINED
 
 
 def read_key_state(
@@ -59,7 +59,7 @@ def read_key_state(
         if not names or not all(isinstance(n, str) and n for n in names):
             raise PySparkTypeError(message=f"key: expected a column name or a list of names, got {key!r}")
     reader = (spark.read.format("statestore").option("path", checkpoint_location)
-              .option("stateVarName", "key_state").option("operatorId", operator_id))
+              .option("stateVarName", KEY_STATE_VARIABLE).option("operatorId", operator_id))
     if batch_id is not None:
         reader = reader.option("batchId", batch_id)
     state = reader.load()

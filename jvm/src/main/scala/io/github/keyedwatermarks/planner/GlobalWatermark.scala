@@ -2,7 +2,7 @@ package io.github.keyedwatermarks.planner
 
 import org.apache.spark.sql.{DataFrame, functions => F}
 
-import io.github.keyedwatermarks.compat.PartialAggregation
+import io.github.keyedwatermarks.partials.PartialColumns
 
 /**
  * Spark's global watermark, for the policies that follow it (the skew bound, closing='global'):
@@ -26,6 +26,6 @@ private[keyedwatermarks] object GlobalWatermark {
   val EventTimeColumn = "kw_global_watermark_event_time"
 
   def track(partials: DataFrame, lateness: String): DataFrame =
-    partials.withColumn(EventTimeColumn, F.timestamp_micros(partials.col(PartialAggregation.MaxEventTime)))
+    partials.withColumn(EventTimeColumn, F.timestamp_micros(partials.col(PartialColumns.MaxEventTime)))
       .withWatermark(EventTimeColumn, lateness)
 }

@@ -3,12 +3,14 @@ package io.github.keyedwatermarks.planner
 import org.apache.spark.sql.{Column, DataFrame, Encoders, functions => F}
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
 
-import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
+import io.github.keyedwatermarks.contract.Contract
+import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
+import io.github.keyedwatermarks.partials.{PartialAggregation, PartialColumns}
 import io.github.keyedwatermarks.emission.{KeyMetrics, WindowEmitter}
 import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
 import io.github.keyedwatermarks.spec._
-import io.github.keyedwatermarks.watermark.AdaptiveLateness
+import io.github.keyedwatermarks.watermark.{AdaptiveLateness, WatermarkPolicy}
 import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows}
 
 /**
@@ -22,7 +24,7 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  *  6. [[observed]]: invalid rows added (when kept) and the per-batch output counts.
  */
 private[keyedwatermarks] object KeyedPlanner {
-  val OutputMetrics = "keyed_watermarks_output"
+  val OutputMetrics: String = Contract.OutputMetrics
 
   /**
    * The streaming result: the report stream (`agg_with_report`), or only the window rows with
@@ -52,26 +54,28 @@ private[keyedwatermarks] object KeyedPlanner {
 
   def prepare(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): Prepared = {
     val input = resolveInput(events, spec, streaming)
+    val policy = WatermarkPolicies.of(spec.watermark)
+    val windows = Assigners.of(spec.windows)
     val ref = reference(input, spec)
     val projected = project(input, ref, spec)
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(ref.analyzed, SparkInternals.output(projected.frame))
     val emitter = new WindowEmitter(ref.schema, input.keys.map(ref.schema.fieldIndex).toArray,
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
       withRevision = spec.windows.allowedLateness.isDefined)
-    val partials = PartialAggregation(projected.frame, input.keys.size, Assigners.of(spec.windows), aggregation,
+    val partials = PartialAggregation(projected.frame, input.keys.size, windows, aggregation,
       spec.aggregation.keepLateRows,
-      keepEventTimes = spec.watermark.policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
+      keepEventTimes = policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
     val operatorPlan = OperatorPlan(
       keySchema = projected.keySchema,
       payloadSchema = partials.payloadSchema,
-      windows = Assigners.of(spec.windows),
-      policy = spec.watermark.policy,
+      windows = windows,
+      policy = policy,
       allowedLatenessMicros = spec.windows.allowedLateness.fold(0L)(_.micros),
       keepLateRows = spec.aggregation.keepLateRows,
       aggregation = aggregation,
       emitter = emitter)
     val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
-    val valid = InvalidRows.observe(partials.frame, PartialAggregation.WindowStart, PartialAggregation.Rows,
+    val valid = InvalidRows.observe(partials.frame, PartialColumns.WindowStart, PartialColumns.Rows,
       withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows),
       withLateness = spec.watermark.keyLateness match {
         case _: KeyLateness.ByColumn | _: KeyLateness.ByKey => true
@@ -83,10 +87,10 @@ private[keyedwatermarks] object KeyedPlanner {
     // Row and back. (A key hash leading the grouping, to make the sort's prefix decide, cost
     // more in state store lookups out of key order than it saved: benchmarks/results/profile.md.)
     val tracked =
-      if (spec.watermark.policy.usesGlobalWatermark) GlobalWatermark.track(valid, spec.watermark.lateness.text)
+      if (policy.usesGlobalWatermark) GlobalWatermark.track(valid, spec.watermark.lateness.text)
       else valid
-    val grouped = tracked.select(tracked.col(PartialAggregation.Payload) +: keys: _*)
-    Prepared(input, projected, grouped, operatorPlan, timeMode(spec.watermark))
+    val grouped = tracked.select(tracked.col(PartialColumns.Payload) +: keys: _*)
+    Prepared(input, projected, grouped, operatorPlan, timeMode(policy))
   }
 
   /**
@@ -94,11 +98,10 @@ private[keyedwatermarks] object KeyedPlanner {
    * watermark is tracked on the partials, in [[prepare]]: see [[GlobalWatermark]].)
    */
   def resolveInput(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): InputPlan = {
-    val w = spec.watermark
-    w.validate(events, streaming)
-    spec.windows.validate(events)
+    val input = SpecChecks.watermark(spec.watermark, events, streaming)
+    SpecChecks.windows(spec.windows, events)
     requireRocksDb(events)
-    InputPlan.validate(events, w.keys, w.eventTime, streaming)
+    input
   }
 
   /** Spark's batch aggregation of the same query: its analyzed plan and its result schema. */
@@ -158,9 +161,9 @@ private[keyedwatermarks] object KeyedPlanner {
     val source = w.sources.map(_.column.cast("string"))
     val lateness = latenessColumn(input, w.keyLateness)
     val policyColumns =
-      lateness.map(c => F.coalesce(c, F.lit(w.lateness.micros)).as(PartialAggregation.Lateness)).toSeq ++
-        source.map(_.as(PartialAggregation.Source)).toSeq ++
-        sessionEnd.map(_.as(PartialAggregation.RowSessionEnd)).toSeq
+      lateness.map(c => F.coalesce(c, F.lit(w.lateness.micros)).as(PartialColumns.Lateness)).toSeq ++
+        source.map(_.as(PartialColumns.Source)).toSeq ++
+        sessionEnd.map(_.as(PartialColumns.RowSessionEnd)).toSeq
     ProjectedInput(input, aggregateInputs, spec.aggregation.keepLateRows, policyColumns, source, sessionEnd,
       lateness, w.maxAheadMicros)
   }
@@ -171,9 +174,9 @@ private[keyedwatermarks] object KeyedPlanner {
    * mode gives us Spark's global watermark (max_skew, closing='global'); it drops no rows here
    * because no column of the partials carries watermark metadata.
    */
-  private def timeMode(w: WatermarkSpec): TimeMode =
-    if (w.policy.usesProcessingTimers) TimeMode.ProcessingTime()
-    else if (w.policy.usesGlobalWatermark) TimeMode.EventTime()
+  private def timeMode(policy: WatermarkPolicy): TimeMode =
+    if (policy.usesProcessingTimers) TimeMode.ProcessingTime()
+    else if (policy.usesGlobalWatermark) TimeMode.EventTime()
     else TimeMode.None()
 
   /**
@@ -198,10 +201,12 @@ private[keyedwatermarks] object KeyedPlanner {
   def observed(all: DataFrame, stuckAfterMicros: Long): DataFrame = {
     val metrics = Seq(
       F.coalesce(F.sum(all.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
-      F.count(F.when(all.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark")) ++
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Watermark, 1)).as(
+        "keys_with_held_watermark")) ++
       KeyMetrics.columns(all, stuckAfterMicros)
     val withMetrics = all.observe(OutputMetrics,
-      F.count(F.when(all.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"), metrics: _*)
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Window, 1)).as("windows_emitted"),
+      metrics: _*)
     withMetrics.where(withMetrics.col(WindowEmitter.KindColumn) =!= WindowEmitter.KeyKindValue)
       .drop(WindowEmitter.KeyMetricsColumn)
   }

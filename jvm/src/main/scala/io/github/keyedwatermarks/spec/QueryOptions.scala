@@ -53,10 +53,10 @@ object QueryOptions {
     val adaptive = o.node("adaptive_lateness").map { a =>
       val sub = o.nested("adaptive_lateness", a, Set("quantile", "min", "max", "relative_error"))
       KeyLateness.Adaptive(
-        sub.double("quantile").getOrElse(0.99),
-        DurationOption("adaptive_lateness.min", sub.string("min").getOrElse("0 seconds")),
-        DurationOption("adaptive_lateness.max", sub.string("max").getOrElse("1 hour")),
-        sub.double("relative_error").getOrElse(0.01))
+        sub.double("quantile").getOrElse(KeyLateness.Adaptive.DefaultQuantile),
+        DurationOption("adaptive_lateness.min", sub.string("min").getOrElse(KeyLateness.Adaptive.DefaultMin)),
+        DurationOption("adaptive_lateness.max", sub.string("max").getOrElse(KeyLateness.Adaptive.DefaultMax)),
+        sub.double("relative_error").getOrElse(KeyLateness.Adaptive.DefaultRelativeError))
     }
     val byColumn = o.column("key_lateness").map(KeyLateness.ByColumn)
     val keyLateness = Seq(byColumn, mapping, adaptive).flatten match {
@@ -123,7 +123,7 @@ object QueryOptions {
       if (!ColumnOptions.contains(name)) fail(s"$name: unknown column option; known: ${ColumnOptions.mkString(", ")}")
     }
 
-    def fail(message: String): Nothing = DurationOption.fail(message)
+    def fail(message: String): Nothing = OptionError(message)
 
     def node(name: String): Option[JsonNode] = Option(root.get(name)).filterNot(_.isNull)
     def column(name: String): Option[Column] = columns.get(name).filter(_ != null)
@@ -157,9 +157,9 @@ object QueryOptions {
     val node =
       try mapper.readTree(Option(json).getOrElse("{}"))
       catch {
-        case e: Exception => DurationOption.fail(s"options: not a JSON object: ${e.getMessage}")
+        case e: Exception => OptionError(s"options: not a JSON object: ${e.getMessage}")
       }
-    if (node == null || !node.isObject) DurationOption.fail(s"options: expected a JSON object, got $json")
+    if (node == null || !node.isObject) OptionError(s"options: expected a JSON object, got $json")
     node
   }
 }
