@@ -33,6 +33,7 @@ DOCTEST_MODULES = [
     "keyed_watermarks._jvm",
     "keyed_watermarks.metrics",
     "keyed_watermarks.report",
+    "keyed_watermarks.rollup",
     "keyed_watermarks.state",
 ]
 
@@ -70,6 +71,7 @@ def _parse(path: Path) -> _Links:
     return p
 
 
+@pytest.mark.slow  # builds the site (Sphinx, maybe sbt) or runs Chromium: see pytest.ini
 def test_site_links_resolve(site: Path) -> None:
     """Every relative link of every page (not inside the copied Scaladoc) names a file of the
     site, and a #fragment an element of that page."""
@@ -102,6 +104,7 @@ def test_site_links_resolve(site: Path) -> None:
     assert "scaladoc/index.html" in (site / "api" / "scala.html").read_text()
 
 
+@pytest.mark.slow  # builds the site (Sphinx, maybe sbt) or runs Chromium: see pytest.ini
 def test_api_page_has_every_public_name(site: Path) -> None:
     """The Python API page documents every name of kw.__all__ (autodoc leaves out a member
     without a docstring, so this fails when one loses it)."""
@@ -234,6 +237,7 @@ def _headless(chromium: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # builds the site (Sphinx, maybe sbt) or runs Chromium: see pytest.ini
 @pytest.mark.parametrize(
     "page, title, code",
     [
