@@ -23,6 +23,8 @@ from pyspark.sql import functions as F
 from reference_model import run_model
 from support import SECOND, Replay, four_device_batches, ts
 
+pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
+
 HERE = Path(__file__).resolve().parent
 
 

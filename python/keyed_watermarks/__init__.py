@@ -2,7 +2,9 @@
 
 >>> from pyspark.sql import SparkSession, functions as F
 >>> import keyed_watermarks as kw
->>> spark = kw.configure(SparkSession.builder.master("local[2]")).getOrCreate()  # doctest: +SKIP
+>>> spark = kw.configure(SparkSession.builder.master("local[2]")).getOrCreate()
+>>> kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds")  # doctest: +ELLIPSIS
+<keyed_watermarks.keyed.KeyedWatermark object at ...>
 """
 
 # An unsupported pyspark is refused here, before anything imports its modules or starts.

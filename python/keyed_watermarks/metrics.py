@@ -27,7 +27,12 @@ def metrics(progress: Any) -> Dict[str, Any]:
     the first stage's counts, and ``state_rows`` is the first keyed operator's in Spark's
     progress (``stateOperators``).
 
-    >>> query.lastProgress and kw.metrics(query.lastProgress)["keys_released"]  # doctest: +SKIP
+    On a running query, ``kw.metrics(query.lastProgress)["late_rows"]``. From a progress's JSON
+    (here cut down to two observed fields):
+
+    >>> kw.metrics({"batchId": 3, "observedMetrics": {
+    ...     "keyed_watermarks_output": {"windows_emitted": 2, "late_rows": 1}}})
+    {'batch_id': 3, 'windows_emitted': 2, 'late_rows': 1}
     """
     if progress is None:
         raise PySparkTypeError(message="metrics: expected a StreamingQueryProgress (or its JSON dict), got None")
