@@ -25,9 +25,8 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame, functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay
 from policy_model import Policy, run_policy_model
-from test_reference_model import spark_examples
+from support import Replay, spark_examples
 
 SCHEMA = "device STRING, ts TIMESTAMP, kwh DOUBLE, seq INT"
 UTC = dt.timezone.utc
