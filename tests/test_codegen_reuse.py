@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_to_end
+from support import Replay, run_to_end
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 FUTURE = datetime(9999, 1, 1, tzinfo=timezone.utc)  # beyond max_ahead (a day) of processing time

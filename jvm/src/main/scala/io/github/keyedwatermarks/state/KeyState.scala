@@ -5,7 +5,8 @@ import org.apache.spark.sql.streaming.{MapState, StatefulProcessorHandle, TTLCon
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongType, StructField, StructType}
 
-import io.github.keyedwatermarks.compat.{QuantileSketch, UnsafeRowBytes}
+import io.github.keyedwatermarks.contract.Contract
+import io.github.keyedwatermarks.catalyst.{QuantileSketch, UnsafeRowBytes}
 import io.github.keyedwatermarks.watermark.{
   AdaptiveLateness, ColumnLateness, FixedLateness, HeldWatermark, KeyRecord, Proposal, WatermarkPolicy
 }
@@ -33,7 +34,7 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
   import KeyState._
 
   private val keyState: ValueState[Row] =
-    handle.getValueState("key_state", Encoders.row(keySchema), TTLConfig.NONE)
+    handle.getValueState(Contract.KeyStateVariable, Encoders.row(keySchema), TTLConfig.NONE)
 
   private val sketchState: Option[ValueState[Row]] = policy.proposal.lateness match {
     case Some(_: AdaptiveLateness) =>
@@ -47,7 +48,9 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     case Proposal.OwnRows(_) | Proposal.ClockOnly => None
   }
 
-  private val codec = new UnsafeRowBytes.RowsCodec(windowSchema(bufferSchema), describe(windows))
+  // Stamped with this release; state of a newer release is refused naming both (StateRelease).
+  private val codec = new UnsafeRowBytes.RowsCodec(windowSchema(bufferSchema), describe(windows),
+    StateRelease.Current.stamp, StateRelease.requireReadable(_, "the open windows in state"))
 
   /**
    * The key's stored row: its watermark record, event-time timer and open windows (rows of
@@ -141,7 +144,7 @@ private[keyedwatermarks] object KeyState {
   private val OpenWindowsOrdinal = WatermarkSchema.length
 
   /**
-   * The open windows are one BINARY value: rows of [[windowSchema]] (compat.UnsafeRowBytes),
+   * The open windows are one BINARY value: rows of [[windowSchema]] (catalyst.UnsafeRowBytes),
    * after fingerprints of that schema and of the window spec, which load() checks (Spark cannot
    * look inside).
    */
