@@ -16,9 +16,9 @@ import org.apache.spark.sql.types.{DoubleType, LongType, StringType, StructField
  */
 object TwsFloor {
   val OutputSchema: StructType = StructType(Seq(
-    StructField("device", StringType),
-    StructField("n", LongType),
-    StructField("avg_temp", DoubleType)))
+      StructField("device", StringType),
+      StructField("n", LongType),
+      StructField("avg_temp", DoubleType)))
 
   /** `events` (device STRING, ts TIMESTAMP, temp DOUBLE) through the floor processor. */
   def apply(events: DataFrame, keyColumn: String): DataFrame = {
