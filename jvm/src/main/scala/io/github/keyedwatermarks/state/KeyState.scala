@@ -51,7 +51,9 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
   /** The codec of one open window's row. */
   val windowRows = new OpenWindowRows(bufferSchema)
 
-  private val codec = new UnsafeRowBytes.RowsCodec(windowRows.schema, describe(windows))
+  // Stamped with this release; state of a newer release is refused naming both (StateRelease).
+  private val codec = new UnsafeRowBytes.RowsCodec(windowRows.schema, describe(windows),
+    StateRelease.Current.stamp, StateRelease.requireReadable(_, "the open windows in state"))
 
   /**
    * The key's stored row: its watermark record, event-time timer and open windows (rows of
