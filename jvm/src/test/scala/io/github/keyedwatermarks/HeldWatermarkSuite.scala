@@ -13,6 +13,10 @@ class HeldWatermarkSuite extends AnyFunSuite {
     def policy: WatermarkPolicy = WatermarkPolicies.of(w)
   }
 
+  private implicit class SkewOfPolicy(p: WatermarkPolicy) {
+    def maxSkewMicros: Option[Long] = p.floors.collectFirst { case SkewFloor(skew, _) => skew }
+  }
+
   private def fixed(lateness: Long) = new HeldWatermark(WatermarkPolicy(lateness), HeldWatermark.freshRecord(lateness))
 
   /** One batch of rows with the bounded-lateness proposal. */
@@ -23,7 +27,7 @@ class HeldWatermarkSuite extends AnyFunSuite {
 
   test("undefined until the first row, then max event time minus lateness") {
     val wm = fixed(5L)
-    assert(wm.current == Undefined)
+    assert(wm.record.watermark == Undefined)
     assert(batch(wm, 5L, 100L) == 95L)
   }
 

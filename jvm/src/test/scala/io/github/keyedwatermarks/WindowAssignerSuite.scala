@@ -8,8 +8,8 @@ class WindowAssignerSuite extends SparkSuite {
 
   test("tumbling windows are epoch-aligned half-open intervals") {
     val w = TumblingWindows(10L)
-    assert(w.windowStart(0) == 0 && w.windowStart(9) == 0 && w.windowStart(10) == 10)
-    assert(w.windowStart(-1) == -10 && w.windowStart(-10) == -10 && w.windowStart(-11) == -20)
+    assert(w.lastWindowStart(0) == 0 && w.lastWindowStart(9) == 0 && w.lastWindowStart(10) == 10)
+    assert(w.lastWindowStart(-1) == -10 && w.lastWindowStart(-10) == -10 && w.lastWindowStart(-11) == -20)
     assert(w.windowEnd(20) == 30)
   }
 
@@ -25,7 +25,7 @@ class WindowAssignerSuite extends SparkSuite {
         .select($"us", window(timestamp_micros($"us"), size).getField("start").as("start"))
         .select($"us", unix_micros($"start")).as[(Long, Long)].collect().toMap
       micros.foreach { us =>
-        assert(assigner.windowStart(us) == sparkStarts(us), s"size=$size us=$us")
+        assert(assigner.lastWindowStart(us) == sparkStarts(us), s"size=$size us=$us")
       }
     }
   }

@@ -16,8 +16,7 @@ import org.apache.spark.sql.keyedwatermarks.SparkBridge
  * Why: a streaming query replaces `current_timestamp()` by the batch's timestamp as a literal,
  * and whole-stage code generation writes a primitive literal into the source. Every
  * micro-batch then had new source for each stage that read it, so Spark's code cache missed
- * and Janino compiled again: about five compilations per batch, 22% of the CPU with 10k-row
- * batches (benchmarks/results/profile.md). Here the value is a reference object of the
+ * and Janino compiled again, every batch (benchmarks/results/profile.md). Here the value is a reference object of the
  * generated class, as Spark does for non-primitive literals, so the source, and the cache key,
  * stay the same from batch to batch.
  *

@@ -9,11 +9,10 @@ import org.apache.spark.sql.internal.SQLConf
  * Grouped by (key, window start), our partial aggregation qualifies for Spark's "fast" first
  * level, a row-based map of `2^spark.sql.codegen.aggregate.fastHashMap.capacityBit` groups
  * (65,536 by default) per task, in front of the `BytesToBytesMap`. Spark's own windowed
- * aggregation never uses it (its window is a struct). With few groups it is the faster map
- * (about 10% at 1k keys, profile.md, session 9); with more groups per task than it holds, every
- * row of a group outside it probes it first (hash, up to two key comparisons, most of them cache
- * misses) and then the second level: at 100k keys, 130k groups per task, the first level was 20%
- * of the CPU (profile.md, session 11). Spark decides once per query from a setting; the number
+ * aggregation never uses it (its window is a struct). With few groups it is the faster map;
+ * with more groups per task than it holds, every row of a group outside it probes it first
+ * (hash, up to two key comparisons, most of them cache misses) and then the second level
+ * (benchmarks/results/profile.md has both measurements). Spark decides once per query from a setting; the number
  * of groups is known only from the batches before, so each micro-batch is planned with the map
  * when the last one had at most that many partials per task.
  */

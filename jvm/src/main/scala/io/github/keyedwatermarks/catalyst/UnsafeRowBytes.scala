@@ -9,7 +9,7 @@ import org.apache.spark.unsafe.Platform
  * Rows as opaque bytes in Spark's own UnsafeRow format. The partials handed to
  * transformWithState and the open windows kept in state travel as one BINARY value each, so
  * Spark's encoders copy one byte array instead of converting every field to an external Row
- * and back (about a tenth of the CPU at 100k keys, see benchmarks/results/profile.md).
+ * and back (see benchmarks/results/profile.md).
  */
 private[keyedwatermarks] object UnsafeRowBytes {
 

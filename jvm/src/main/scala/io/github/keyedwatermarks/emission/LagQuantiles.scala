@@ -18,8 +18,8 @@ import org.apache.spark.sql.types.{ArrayType, DataType, LongType}
  * metrics: `array<bigint>` of those four, null when no row has a lag.
  *
  * Why not `percentile_approx`: it was the largest part of the metrics' cost with many keys
- * per batch (13.5% of the CPU at 1M keys, profile.md, session 10): Spark's quantile sketch
- * sorts boxed doubles and allocates per value. Here a value costs a bucket index and a map
+ * per batch (benchmarks/results/profile.md): Spark's quantile sketch sorts boxed doubles and
+ * allocates per value. Here a value costs a bucket index and a map
  * update. The buckets are logarithmic (256 per power of two: [[LagHistogram]]), so p50 and
  * p95 are within 0.4% of a lag of that rank (nearest rank, ceil(q * n)); min and max are exact.
  * A lag is bounded by the skew bound plus lateness, so relative error is the right measure;

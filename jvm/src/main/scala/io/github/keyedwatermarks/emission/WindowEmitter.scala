@@ -30,8 +30,7 @@ import io.github.keyedwatermarks.watermark.HeldWatermark
  * The operator hands each output row to `transformWithState` as one BINARY value, the row's
  * bytes in Spark's UnsafeRow format ([[OperatorOutputSchema]]), and [[columns]] reads them back
  * in place: an external Row per output row would cost a conversion of every field each way
- * (strings decoded to Java and encoded again, a Row per struct), about 6% of the CPU at 100k
- * keys (benchmarks/results/profile.md, session 11).
+ * (strings decoded to Java and encoded again, a Row per struct; benchmarks/results/profile.md).
  */
 private[keyedwatermarks] final class WindowEmitter(
     aggregateSchema: StructType,

@@ -9,7 +9,7 @@ import org.apache.spark.sql.{Column, DataFrame, functions => F}
  * `query.lastProgress.observedMetrics["keyed_watermarks_input"]`.
  *
  * Why not `observe()` the input rows: Spark's CollectMetricsExec is not code-generated and
- * updates an accumulator per row, which cost up to a sixth of the CPU of a micro-batch (see
+ * updates an accumulator per row, a large part of a micro-batch's CPU (see
  * benchmarks/results/profile.md). The partial aggregation reads every row anyway, so it skips
  * each invalid row by its reason code and emits, per input partition, *sentinel partials* for
  * the reasons that occurred (one per reason; with Spark's HashAggregateExec one per key and

@@ -16,7 +16,7 @@ import io.github.keyedwatermarks.state.{KeyState, StoredKey}
 import io.github.keyedwatermarks.watermark.{
   ClosedWindows, EventTimeClock, HeldWatermark, KeyRecord, ProcessingTimeClock, WatermarkPolicy
 }
-import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
+import io.github.keyedwatermarks.window.{AlignedWindows, SessionWindows, WindowAssigner}
 
 /** Everything the operator needs, fixed when the query is defined (serialized to executors). */
 private[keyedwatermarks] final case class OperatorPlan(
@@ -49,7 +49,6 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   private val layout = PartialLayout(plan.payloadSchema)
   private val payloadFields = plan.payloadSchema.length
   private val startOrdinal = layout.windowStart
-  private val revisionOrdinal = agg.bufferSchema.length
   private def agg = plan.aggregation
   private def policy = plan.policy
   // The floors by the clock of their timers (event time: Spark's global watermark).
@@ -61,8 +60,17 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   private def due(window: OpenWindow, wm: Long) = ClosedWindows.closedBy(window.end, wm)
   private def expired(window: OpenWindow, wm: Long) =
     ClosedWindows.closedBy(window.end + plan.allowedLatenessMicros, wm)
-  private def expiredStart(start: Long, wm: Long) =
-    ClosedWindows.closedBy(plan.windows.windowEnd(start) + plan.allowedLatenessMicros, wm)
+
+  /**
+   * Whether a partial (rows of one window start) is late against the key's watermark at the
+   * start of the batch `wm`: an aligned window is late once it expired; a session row once its
+   * own start is (an on-time row can then never touch a session that already left state: that
+   * needs end + A <= wm, and an on-time row's t > wm - A would have to be <= end).
+   */
+  private def isLate(start: Long, wm: Long): Boolean = plan.windows match {
+    case w: AlignedWindows => ClosedWindows.closedBy(w.windowEnd(start) + plan.allowedLatenessMicros, wm)
+    case _: SessionWindows => ClosedWindows.closedBy(start + plan.allowedLatenessMicros, wm)
+  }
 
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
     state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows)
@@ -78,8 +86,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
 
   /**
    * An open window of the key: its live buffer, the revisions it fired, its bounds, and
-   * whether it changed since it last fired (a session that late rows merged into and extended
-   * past the watermark fires again when due).
+   * whether it changed since it last fired (rows merged into it: a window that already fired
+   * fires again, as its next revision).
    */
   private final class OpenWindow(
       val start: Long, val end: Long, val buffer: InternalRow, var revisions: Int, var dirty: Boolean = false) {
@@ -107,11 +115,14 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     private val record = loaded.map(_.record).getOrElse(state.fresh())
     val windows = mutable.LongMap.empty[OpenWindow]
     loaded.foreach(_.windows.foreach { row =>
-      val start = row.getLong(revisionOrdinal + 2)
+      val rows = state.windowRows
+      val start = rows.start(row)
       windows.update(start,
-        new OpenWindow(start, row.getLong(revisionOrdinal + 1), agg.fromStored(row),
-          row.getInt(revisionOrdinal), row.getBoolean(revisionOrdinal + 3)))
+        new OpenWindow(start, rows.end(row), agg.fromStored(row), rows.revisions(row), rows.dirty(row)))
     })
+
+    /** Sessions: this batch's on-time intervals, merged with the key's sessions by `close`. */
+    val intervals = mutable.ArrayBuffer.empty[OpenWindow]
     /** The event-time timer registered for the key now, if any. */
     var eventTimerMs: Option[Long] = loaded.map(_.eventTimerMs).filter(_ != KeyState.NoTimer)
     val update = new WatermarkAdvance(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
@@ -119,8 +130,9 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     /** Whether the key left state in this call. */
     var released = false
 
-    def window(start: Long): OpenWindow =
-      windows.getOrElseUpdate(start, new OpenWindow(start, plan.windows.windowEnd(start), agg.newBuffer(), 0))
+    /** The aligned window starting at `start`, opened if needed. */
+    def window(aligned: AlignedWindows, start: Long): OpenWindow =
+      windows.getOrElseUpdate(start, new OpenWindow(start, aligned.windowEnd(start), agg.newBuffer(), 0))
 
     /**
      * Writes the record and the windows still open: one state store write for the key; or,
@@ -135,9 +147,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
         val open = windows.values
         val earliest = if (open.isEmpty) HeldWatermark.Undefined else open.iterator.map(_.start).min
         state.store(record, eventTimerMs.getOrElse(KeyState.NoTimer),
-          open.iterator.map { w =>
-            new JoinedRow(agg.toStored(w.buffer), InternalRow(w.revisions, w.end, w.start, w.dirty))
-          }, open.size, earliest)
+          open.iterator.map(w => state.windowRows.row(agg.toStored(w.buffer), w.revisions, w.start, w.end, w.dirty)),
+          open.size, earliest)
       }
     }
 
@@ -154,7 +165,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
      * the one registered is kept while it is no later than needed ([[eventTimer]]) and still
      * ahead of Spark's global watermark; otherwise it is replaced. A key whose own rows close
      * its windows moves its earliest window every window, and moving a timer is two deletes and
-     * two puts in the state store (profile.md, session 10); a timer kept that fires before it
+     * two puts in the state store; a timer kept that fires before it
      * is needed finds nothing due and moves then ([[handleExpiredTimer]]). Never later than
      * needed, so a window the floor closes is still emitted in the batch in which Spark's
      * global watermark gets there.
@@ -191,21 +202,67 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     }
   }
 
+  /**
+   * One key's partials of one micro-batch: each is late (counted, its rows kept if asked) or
+   * goes into the key's windows (`add`); then the watermark advances and the windows it passed
+   * fire (`close`).
+   */
   override def handleInputRows(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] = {
     val batch = new KeyBatch(timerValues)
     val keyValues = this.keyValues(key)
-    val out = plan.windows match {
-      case _: SessionWindows => handleSessions(keyValues, rows, batch)
-      case _: TumblingWindows | _: SlidingWindows => handleFixedWindows(keyValues, rows, batch)
-    }
     val update = batch.update
+    val watermarkAtStart = update.atStart
+    var late = 0L
+    val lateRowsOut = mutable.ArrayBuffer.empty[Row]
+    while (rows.hasNext) {
+      val partial = this.partial(rows.next())
+      val start = partial.getLong(startOrdinal)
+      update.observe(partial)
+      if (isLate(start, watermarkAtStart)) {
+        late += partial.getLong(layout.rows)
+        keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
+      } else add(batch, partial, start)
+    }
+    val emitted = close(keyValues, batch, update.finish(), watermarkAtStart)
+    batch.store(late)
+    val lateOut =
+      if (late > 0) Iterator.single(plan.emitter.lateRows(keyValues, late, watermarkAtStart)) ++ lateRowsOut
+      else Iterator.empty
     val held =
       if (update.regressed)
         Iterator.single(plan.emitter.heldWatermark(keyValues, update.record.regressions, update.atStart))
       else Iterator.empty
     scheduleProcessingTimer(batch, timerValues)
-    out ++ held ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = true, timerValues))
+    emitted.iterator ++ lateOut ++ held ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = true, timerValues))
   }
+
+  /**
+   * An on-time partial: merged into its aligned window; or, for sessions, a new interval
+   * [t, end) (end: t + gap, or the row's own end with a per-row gap) that `close` merges with
+   * the key's sessions.
+   */
+  private def add(batch: KeyBatch, partial: InternalRow, start: Long): Unit = plan.windows match {
+    case aligned: AlignedWindows =>
+      val window = batch.window(aligned, start)
+      agg.merge(window.buffer, partial)
+      window.dirty = true
+    case SessionWindows(gap) =>
+      val end = gap match {
+        case Some(g) => start + g
+        case None => partial.getLong(layout.sessionEnd)
+      }
+      val interval = new OpenWindow(start, end, agg.newBuffer(), 0, dirty = true)
+      agg.merge(interval.buffer, partial)
+      batch.intervals += interval
+  }
+
+  /** Fires the windows `watermarkNow` passed and evicts the expired ones: [[closeWindows]], [[closeSessions]]. */
+  private def close(
+      keyValues: InternalRow, batch: KeyBatch, watermarkNow: Long, watermarkAtStart: Long): collection.Seq[Row] =
+    plan.windows match {
+      case _: AlignedWindows => closeWindows(keyValues, batch, watermarkNow, watermarkAtStart)
+      case _: SessionWindows => closeSessions(keyValues, batch, watermarkNow, watermarkAtStart)
+    }
 
   /** The key's "key" row for the per-batch metrics (see WindowEmitter.KeyMetricsColumn). */
   private def keyMetrics(keyValues: InternalRow, batch: KeyBatch, hadRows: Boolean, timerValues: TimerValues): Row = {
@@ -233,51 +290,15 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     }
 
   /**
-   * Session windows: partials are per (key, event time), i.e. a row's own interval
-   * [t, t + gap). A row is late when t <= the key's watermark at the start of the batch minus
-   * the allowed lateness A (so an on-time row can never touch a session that already left
-   * state: that needs end + A <= wm, and an on-time row's t > wm - A would have to be <= end).
-   * On-time intervals and the key's open sessions are merged where they touch (start <= end of
-   * the previous); a session fires when the key's watermark passes its end, and again (next
-   * revision) whenever it changed since and is due; it leaves state when end + A <= wm.
+   * Sessions: merges the batch's intervals with the key's open sessions where they touch (start
+   * <= end of the previous, as Spark's session_window merges); a session fires when the key's
+   * watermark passes its end, and again (next revision) whenever it changed since and is due;
+   * it leaves state when end + allowed lateness <= the watermark.
    */
-  private def handleSessions(keyValues: InternalRow, rows: Iterator[Row], batch: KeyBatch): Iterator[Row] = {
-    val update = batch.update
-    val watermarkAtStart = update.atStart
-    val lateRowsOut = mutable.ArrayBuffer.empty[Row]
-    var late = 0L
-    val intervals = mutable.ArrayBuffer.empty[OpenWindow]
-    while (rows.hasNext) {
-      val partial = this.partial(rows.next())
-      val start = partial.getLong(startOrdinal)
-      update.observe(partial)
-      if (ClosedWindows.closedBy(start + plan.allowedLatenessMicros, watermarkAtStart)) {
-        late += partial.getLong(layout.rows)
-        keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
-      } else {
-        val end = if (layout.sessionEnd >= 0) partial.getLong(layout.sessionEnd) else plan.windows.windowEnd(start)
-        val interval = new OpenWindow(start, end, agg.newBuffer(), 0, dirty = true)
-        agg.merge(interval.buffer, partial)
-        intervals += interval
-      }
-    }
-    val emitted = closeSessions(keyValues, batch, intervals, update.finish(), watermarkAtStart)
-    batch.store(late)
-    if (late > 0) {
-      emitted.iterator ++ Iterator.single(plan.emitter.lateRows(keyValues, late, watermarkAtStart)) ++ lateRowsOut
-    } else emitted.iterator
-  }
-
-  /** Merges new intervals with the key's open sessions; emits those closed by `watermarkNow`. */
   private def closeSessions(
-      keyValues: InternalRow,
-      batch: KeyBatch,
-      intervals: mutable.ArrayBuffer[OpenWindow],
-      watermarkNow: Long,
-      watermarkAtStart: Long): mutable.ArrayBuffer[Row] = {
-    // Sweep the key's sessions and the new intervals by start, merging those that touch, as
-    // Spark's session_window does.
-    val sorted = (batch.windows.values ++ intervals).toArray.sortBy(_.start)
+      keyValues: InternalRow, batch: KeyBatch, watermarkNow: Long, watermarkAtStart: Long): collection.Seq[Row] = {
+    val sorted = (batch.windows.values ++ batch.intervals).toArray.sortBy(_.start)
+    batch.intervals.clear()
     batch.windows.clear()
     val emitted = mutable.ArrayBuffer.empty[Row]
     var i = 0
@@ -307,49 +328,25 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     emitted
   }
 
-  private def handleFixedWindows(keyValues: InternalRow, rows: Iterator[Row], batch: KeyBatch): Iterator[Row] = {
-    val update = batch.update
-    val watermarkAtStart = update.atStart
-    val touched = mutable.LongMap.empty[Boolean]
-    var late = 0L
-    val lateRowsOut = mutable.ArrayBuffer.empty[Row]
-    while (rows.hasNext) {
-      val partial = this.partial(rows.next())
-      val start = partial.getLong(startOrdinal)
-      update.observe(partial)
-      if (expiredStart(start, watermarkAtStart)) {
-        late += partial.getLong(layout.rows)
-        keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
-      } else {
-        agg.merge(batch.window(start).buffer, partial)
-        touched.update(start, true)
-      }
-    }
-    val emitted = closeWindows(keyValues, batch, update.finish(), watermarkAtStart, touched.contains)
-    batch.store(late)
-    if (late > 0) {
-      emitted.iterator ++ Iterator.single(plan.emitter.lateRows(keyValues, late, watermarkAtStart)) ++ lateRowsOut
-    } else emitted.iterator
-  }
-
   /**
-   * Fires and evicts the key's windows for `watermarkNow`, in window order: a window fires its
-   * first revision when due; with allowed lateness a window that already fired and got rows in
-   * this batch (`touched`) fires again as the next revision; expired windows leave state.
+   * Aligned windows: fires and evicts the key's windows for `watermarkNow`, in window order: a
+   * window fires its first revision when due; with allowed lateness a window that already fired
+   * and got rows in this batch (dirty) fires again as the next revision; expired windows leave
+   * state.
    */
   private def closeWindows(
-      keyValues: InternalRow, batch: KeyBatch, watermarkNow: Long, reportedWatermark: Long,
-      touched: Long => Boolean): Seq[Row] = {
+      keyValues: InternalRow, batch: KeyBatch, watermarkNow: Long, reportedWatermark: Long): collection.Seq[Row] = {
     val out = mutable.ArrayBuffer.empty[Row]
     batch.windows.values.toArray.sortBy(_.start).foreach { window =>
-      if ((window.revisions > 0 && touched(window.start)) || (window.revisions == 0 && due(window, watermarkNow))) {
+      if ((window.revisions > 0 && window.dirty) || (window.revisions == 0 && due(window, watermarkNow))) {
         out += plan.emitter.window(agg.result(windowGroup(keyValues, window.start, window.end), window.buffer),
           window.revisions, reportedWatermark)
         window.revisions += 1
+        window.dirty = false
       }
       if (expired(window, watermarkNow)) batch.windows.remove(window.start)
     }
-    out.toSeq
+    out
   }
 
   /**
@@ -391,12 +388,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     }
     val watermarkAtStart = update.atStart
     val watermarkNow = update.finish()
-    val out = plan.windows match {
-      case _: SessionWindows =>
-        closeSessions(keyValues, batch, mutable.ArrayBuffer.empty, watermarkNow, watermarkAtStart).toSeq
-      case _: TumblingWindows | _: SlidingWindows =>
-        closeWindows(keyValues, batch, watermarkNow, watermarkAtStart, _ => false)
-    }
+    val out = close(keyValues, batch, watermarkNow, watermarkAtStart)
     if (idle && batch.windows.isEmpty && record.quietSinceMs == HeldWatermark.NoArrival) record.quietSinceMs = now
     batch.store(0L)
     scheduleProcessingTimer(batch, timerValues)

@@ -11,7 +11,9 @@ import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongTyp
 import io.github.keyedwatermarks.catalyst.{TwoLevelMapChoice, UnsafeRowBytes}
 import io.github.keyedwatermarks.input.{InvalidRows, ProjectedInput}
 import io.github.keyedwatermarks.shims.HashAggregateWithoutTwoLevelMap
-import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
+import io.github.keyedwatermarks.window.{
+  AlignedWindows, SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner
+}
 
 /**
  * The partial aggregation planned as Spark's own operators, when every payload field is
@@ -39,15 +41,14 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
 private[partials] object HashAggregatePartials {
 
   /**
-   * The most windows per row (size / slide) planned as ExpandExec copies: each copy is a case
-   * in the generated loop, and past this the loop outgrows what the JIT compiles. Measured on
-   * 300k rows (profile.md): 10, 32 and 64 copies 2.9, 3.0 and 4.3 s; 128, 256 and 512 copies
-   * 11, 14 and 73 s. Sliding windows with more overlap use the on-heap path's loop.
+   * The most ExpandExec copies (windows per row, size / slide) this plan makes: each copy is a
+   * case in the generated loop, and past this the loop outgrows what the JIT compiles
+   * (benchmarks/results/profile.md). Sliding windows with more overlap take the on-heap path.
    */
-  val MaxWindowsPerRow = 64
+  val MaxExpandCopies = 64
 
-  /** Whether the windows fit this plan (see [[MaxWindowsPerRow]]). */
-  def supports(windows: WindowAssigner): Boolean = windows.maxWindowsPerEvent <= MaxWindowsPerRow
+  /** Whether the windows fit this plan (see [[MaxExpandCopies]]). */
+  def supports(windows: WindowAssigner): Boolean = windows.windowsPerRow <= MaxExpandCopies
 
   def plan(p: KeyedPartialAggregate, child: SparkPlan): SparkPlan = {
     val t = p.eventTime
@@ -55,12 +56,12 @@ private[partials] object HashAggregatePartials {
     def column(name: String) = p.inputs.find(_.name == name)
     val code = column(ProjectedInput.InvalidReasonCode)
     val valid = code.map(c => EqualTo(c, Literal(InvalidRows.Valid)))
-    val lastStart: Expression = p.windows match {
-      case _: SessionWindows => t
-      case w @ (_: TumblingWindows | _: SlidingWindows) => Subtract(t, Pmod(t, Literal(w.slideMicros)))
+    val (lastStart, slide) = p.windows match {
+      case _: SessionWindows => (t, 0L)
+      case w: AlignedWindows => (w.lastWindowStart(t), w.slideMicros)
     }
     def start(i: Int): Expression = {
-      val s = if (i == 0) lastStart else Subtract(lastStart, Literal(i * p.windows.slideMicros))
+      val s = if (i == 0) lastStart else Subtract(lastStart, Literal(i * slide))
       code.fold(s)(c => If(valid.get, s, Add(Literal(Long.MinValue), Cast(c, LongType))))
     }
     val startAttr = AttributeReference(PartialColumns.WindowStart, LongType)()
@@ -68,7 +69,7 @@ private[partials] object HashAggregatePartials {
       case w: SlidingWindows =>
         // A row is in its i-th window (0 = the last) while that window's end is after it: up
         // to ceil(size / slide) copies, filtered, as Spark's own sliding window() is planned.
-        val copies = w.maxWindowsPerEvent.toInt
+        val copies = w.windowsPerRow.toInt
         val isLast = AttributeReference("kw_last_window", BooleanType, nullable = false)()
         val expand = ExpandExec(
           Seq.tabulate(copies)(i => child.output ++ Seq(start(i), Literal(i == 0))),

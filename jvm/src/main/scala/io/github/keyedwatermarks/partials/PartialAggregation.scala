@@ -122,7 +122,7 @@ private[keyedwatermarks] case class KeyedPartialAggregate(
    * or sessions, numeric count/sum/avg/min/max, no kept rows, event times or sources): then
    * the partials are Spark's own HashAggregateExec's (see [[HashAggregatePartials]]). Spark's
    * own test for HashAggregateExec decides (mutable fixed-width buffers, binary-stable keys),
-   * for at most [[HashAggregatePartials.MaxWindowsPerRow]] windows per row.
+   * for at most [[HashAggregatePartials.MaxExpandCopies]] windows per row.
    */
   def sparkHashAggregate: Boolean = keptRow.isEmpty && !policy.eventTimes && policy.source.isEmpty &&
     Aggregate.supportsHashAggregate(DataTypeUtils.toAttributes(payload), keys) && HashAggregatePartials.supports(

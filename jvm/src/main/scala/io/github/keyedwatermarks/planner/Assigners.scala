@@ -9,7 +9,8 @@ private[keyedwatermarks] object Assigners {
     case Tumbling(size, _) => TumblingWindows(size.micros)
     case Sliding(size, slide, _) =>
       if (slide.micros == size.micros) TumblingWindows(size.micros) else SlidingWindows(size.micros, slide.micros)
-    case Sessions(FixedGap(g), _) if !FixedGap(g).hasCalendarDays => SessionWindows(g.micros)
-    case Sessions(FixedGap(_) | ColumnGap(_), _) => SessionWindows(0L, dynamicGap = true)
+    case Sessions(FixedGap(g), _) if !FixedGap(g).hasCalendarDays => SessionWindows(Some(g.micros))
+    // A per-row gap (a column, or days in the session time zone): each partial carries its end.
+    case Sessions(FixedGap(_) | ColumnGap(_), _) => SessionWindows(None)
   }
 }

@@ -13,7 +13,7 @@ import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, 
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
 import io.github.keyedwatermarks.spec._
 import io.github.keyedwatermarks.watermark.{AdaptiveLateness, WatermarkPolicy}
-import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows}
+import io.github.keyedwatermarks.window.{AlignedWindows, SessionWindows}
 
 /**
  * Plans a [[KeyedQuerySpec]] over a streaming DataFrame:
@@ -175,8 +175,8 @@ private[keyedwatermarks] object KeyedPlanner {
   }
 
   private def perRowGap(windows: WindowSpec): Boolean = Assigners.of(windows) match {
-    case s: SessionWindows => s.dynamicGap
-    case _: TumblingWindows | _: SlidingWindows => false
+    case s: SessionWindows => s.gapMicros.isEmpty
+    case _: AlignedWindows => false
   }
 
   /** Per-row lateness in microseconds (null: the default), when the policy reads a column. */

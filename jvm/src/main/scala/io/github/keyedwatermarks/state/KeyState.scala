@@ -48,13 +48,16 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     case Proposal.OwnRows(_) | Proposal.ClockOnly => None
   }
 
+  /** The codec of one open window's row. */
+  val windowRows = new OpenWindowRows(bufferSchema)
+
   // Stamped with this release; state of a newer release is refused naming both (StateRelease).
-  private val codec = new UnsafeRowBytes.RowsCodec(windowSchema(bufferSchema), describe(windows),
+  private val codec = new UnsafeRowBytes.RowsCodec(windowRows.schema, describe(windows),
     StateRelease.Current.stamp, StateRelease.requireReadable(_, "the open windows in state"))
 
   /**
    * The key's stored row: its watermark record, event-time timer and open windows (rows of
-   * [[windowSchema]], each over the bytes just read, which nothing else shares); None for a key
+   * [[OpenWindowRows]], each over the bytes just read, which nothing else shares); None for a key
    * without state (new, or released).
    */
   def load(): Option[StoredKey] = {
@@ -74,7 +77,7 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
 
   /**
    * Writes the record, the event-time timer registered for the key ([[NoTimer]]: none) and the
-   * open windows (rows of [[windowSchema]]; `earliestStart` the smallest start among them),
+   * open windows (rows of [[OpenWindowRows]]; `earliestStart` the smallest start among them),
    * with their count and earliest start in the clear for read_key_state.
    */
   def store(s: KeyRecord, eventTimerMs: Long, open: Iterator[InternalRow], count: Int, earliestStart: Long): Unit = {
@@ -115,16 +118,6 @@ private[keyedwatermarks] object KeyState {
   val NoTimer: Long = Long.MinValue
 
   /**
-   * A window in state: its stored aggregation buffer, how many revisions it fired, end, start,
-   * and whether it changed since it last fired (sessions with allowed lateness).
-   */
-  def windowSchema(bufferSchema: StructType): StructType = bufferSchema
-    .add(StructField("kw_revisions", IntegerType, nullable = false))
-    .add(StructField("kw_end", LongType, nullable = false))
-    .add(StructField("kw_start", LongType, nullable = false))
-    .add(StructField("kw_dirty", BooleanType, nullable = false))
-
-  /**
    * The key's record: what read_key_state shows (docs/semantics.md, "Per-key state"), and the
    * key's event-time timer, which it does not show. Times in
    * microseconds (`_us`) or processing-time milliseconds (`_ms`); `Long.MinValue` means
@@ -144,7 +137,7 @@ private[keyedwatermarks] object KeyState {
   private val OpenWindowsOrdinal = WatermarkSchema.length
 
   /**
-   * The open windows are one BINARY value: rows of [[windowSchema]] (catalyst.UnsafeRowBytes),
+   * The open windows are one BINARY value: rows of [[OpenWindowRows]] (catalyst.UnsafeRowBytes),
    * after fingerprints of that schema and of the window spec, which load() checks (Spark cannot
    * look inside).
    */
@@ -158,8 +151,8 @@ private[keyedwatermarks] object KeyState {
   def describe(windows: WindowAssigner): String = windows match {
     case TumblingWindows(size) => s"tumbling windows of $size microseconds"
     case SlidingWindows(size, slide) => s"sliding windows of $size microseconds every $slide microseconds"
-    case SessionWindows(_, true) => "session windows with a per-row gap"
-    case SessionWindows(gap, false) => s"session windows with a gap of $gap microseconds"
+    case SessionWindows(None) => "session windows with a per-row gap"
+    case SessionWindows(Some(gap)) => s"session windows with a gap of $gap microseconds"
   }
 
   val SourceSchema: StructType = StructType(Seq(

@@ -12,9 +12,6 @@ package io.github.keyedwatermarks.watermark
 private[keyedwatermarks] final class HeldWatermark(policy: WatermarkPolicy, val record: KeyRecord) {
   import HeldWatermark._
 
-  /** The held watermark, or [[HeldWatermark.Undefined]]. */
-  def current: Long = record.watermark
-
   def observe(eventTime: Long): Unit = if (eventTime > record.maxEventTime) record.maxEventTime = eventTime
 
   /**

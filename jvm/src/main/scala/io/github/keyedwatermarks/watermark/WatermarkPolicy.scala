@@ -49,5 +49,4 @@ private[keyedwatermarks] final case class WatermarkPolicy(
   def releasesKeysWithoutWindows: Boolean = floors.exists(_.coversReturningKey)
 
   /** The skew bound in force, if any (what spec.WatermarkSpec resolved max_skew to). */
-  def maxSkewMicros: Option[Long] = floors.collectFirst { case SkewFloor(skew, _) => skew }
 }

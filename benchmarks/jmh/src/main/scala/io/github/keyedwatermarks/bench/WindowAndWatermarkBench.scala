@@ -26,13 +26,13 @@ class WindowAndWatermarkBench {
   @Setup(Level.Trial)
   def setup(): Unit = times = EventTimes.mostlyInOrder(EventTimes.Rows, seed = 1)
 
-  /** TumblingWindows.windowStart for each row. */
+  /** TumblingWindows.lastWindowStart for each row. */
   @Benchmark
   @OperationsPerInvocation(1024)
   def windowStart(): Long = {
     var acc = 0L
     var i = 0
-    while (i < times.length) { acc += windows.windowStart(times(i)); i += 1 }
+    while (i < times.length) { acc += windows.lastWindowStart(times(i)); i += 1 }
     acc
   }
 
@@ -71,7 +71,7 @@ class WindowAndWatermarkBench {
     var i = 0
     while (i < times.length) {
       val t = times(i)
-      if (ClosedWindows.closedBy(windows.windowEnd(windows.windowStart(t)), atStart)) late += 1
+      if (ClosedWindows.closedBy(windows.windowEnd(windows.lastWindowStart(t)), atStart)) late += 1
       wm.observe(t)
       i += 1
     }

@@ -1,0 +1,30 @@
+package io.github.keyedwatermarks.state
+
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.JoinedRow
+import org.apache.spark.sql.types.{BooleanType, IntegerType, LongType, StructField, StructType}
+
+/**
+ * The row of one open window in state: its stored aggregation buffer (`bufferSchema`), then
+ * how many revisions it fired, its end, its start, and whether it changed since it last fired.
+ * The one place that knows where each field is.
+ */
+private[keyedwatermarks] final class OpenWindowRows(bufferSchema: StructType) extends Serializable {
+  private val revisionsOrdinal = bufferSchema.length
+
+  /** The rows' schema (its fingerprint guards the stored bytes: field names and order must stay). */
+  val schema: StructType = bufferSchema
+    .add(StructField("kw_revisions", IntegerType, nullable = false))
+    .add(StructField("kw_end", LongType, nullable = false))
+    .add(StructField("kw_start", LongType, nullable = false))
+    .add(StructField("kw_dirty", BooleanType, nullable = false))
+
+  def revisions(row: InternalRow): Int = row.getInt(revisionsOrdinal)
+  def end(row: InternalRow): Long = row.getLong(revisionsOrdinal + 1)
+  def start(row: InternalRow): Long = row.getLong(revisionsOrdinal + 2)
+  def dirty(row: InternalRow): Boolean = row.getBoolean(revisionsOrdinal + 3)
+
+  /** The row of a window whose buffer, in its stored form, is `storedBuffer`. */
+  def row(storedBuffer: InternalRow, revisions: Int, start: Long, end: Long, dirty: Boolean): InternalRow =
+    new JoinedRow(storedBuffer, InternalRow(revisions, end, start, dirty))
+}
