@@ -23,8 +23,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from reference_model import ModelResult, run_model
-
-SECOND = 1_000_000
+from support import SECOND
 Coord = Tuple[int, int]  # (partition, offset)
 
 

@@ -14,7 +14,13 @@ only read with ``sources``). Per key the *held* watermark never moves backward:
   batch, clamped to [lo, hi]); with sources, the min over sources of ``M(k, s) - L(k)``, undefined
   until every expected source has reported. A proposal below ``wm_N(k)`` is held and counted;
 - then every open window of every key with ``end <= wm(k)`` is emitted in batch N, and (with a
-  floor) a key left without open windows leaves state.
+  floor) a key left without open windows leaves state;
+- with ``idle_timeout`` T (processing time; no skew floor then), after the batch's rows: a key
+  whose last batch with rows is at least T before the batch's processing time ``P`` is idle:
+  its open windows are emitted in batch N, its watermark is raised to their ends (so their
+  rows are late from then on, and a proposal below it is an attempted regression), and it
+  keeps only its record; it is forgotten (all state, its watermark undefined again) once it has
+  been idle without windows for T more, or without rows for 2T.
 
 ``E_N`` is Spark's: ``max over rows of batches < N of floor(t / 1000) ms - lateness``,
 undefined in batch 0; one trailing no-data batch runs when ``E`` advanced in the last batch.
@@ -40,6 +46,7 @@ class Policy:
     sources: Optional[List[str]] = None  # expected sources ([]: the ones seen); None: off
     max_skew: Optional[int] = DEFAULT_MAX_SKEW  # None: unbounded (max_skew="unbounded")
     global_closing: bool = False
+    idle_timeout: Optional[int] = None  # micros of processing time (then max_skew must be None)
 
 
 @dataclass
@@ -51,6 +58,9 @@ class PolicyResult:
     # a key returns after leaving state), and the number of (batch, key) with one
     regressions: Dict[Hashable, int] = field(default_factory=dict)
     regression_events: int = 0
+    # (batch, key) -> (the key's count of attempted regressions, its watermark at the start of
+    # the batch), for each batch in which the key's proposal was held back
+    held: Dict[Tuple[int, Hashable], Tuple[int, int]] = field(default_factory=dict)
     released: List[Tuple[int, Hashable]] = field(default_factory=list)
     # per micro-batch, after it: keys in state, and (key, source) entries kept for min of inputs
     state_keys: List[int] = field(default_factory=list)
@@ -64,8 +74,15 @@ def nearest_rank(values: Sequence[int], q: float) -> int:
     return s[max(1, math.ceil(q * len(s))) - 1]
 
 
-def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: Policy) -> PolicyResult:
+def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: Policy,
+                     processing_ms: Optional[Sequence[int]] = None) -> PolicyResult:
+    """``processing_ms``: each batch's processing time in milliseconds (with ``idle_timeout``;
+    an empty batch is a no-data batch, in which only timers act)."""
     res = PolicyResult()
+    if policy.idle_timeout is not None:
+        assert policy.max_skew is None and not policy.global_closing and processing_ms is not None
+    last_arrival: Dict[Hashable, int] = {}  # ms: the key's last batch with rows
+    quiet_since: Dict[Hashable, int] = {}  # ms: since when the idle key has had no window
     held: Dict[Hashable, Optional[int]] = {}
     max_t: Dict[Hashable, int] = {}
     key_lateness: Dict[Hashable, int] = {}
@@ -149,13 +166,20 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
                 counts[key] = counts.get(key, 0) + 1
                 res.regressions[key] = max(res.regressions.get(key, 0), counts[key])
                 res.regression_events += 1
+                res.held[(n, key)] = (counts[key], wm_start[key])
             raise_to(key, proposal)
             raise_to(key, floor_of(key, e))  # with the key's lateness of this batch
+            if processing_ms is not None:
+                last_arrival[key] = processing_ms[n]
+                quiet_since.pop(key, None)
         for (key, start) in sorted(open_windows, key=repr):
             w = held.get(key)
             if w is not None and start + size <= w:
                 res.emitted.append((key, start, start + size, n, tuple(sorted(open_windows[(key, start)]))))
                 del open_windows[(key, start)]
+        if policy.idle_timeout is not None:
+            _idle_keys(n, processing_ms[n], policy.idle_timeout // 1000, size, known, held, last_arrival,
+                       quiet_since, open_windows, res, forget=(max_t, key_lateness, trails, source_max, counts))
         if uses_global:
             # Keys left without open windows leave state (all of it: watermark, lateness, sketch,
             # sources, counts); a returning key starts at the floor.
@@ -171,6 +195,28 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
     res.batches = n
     res.open_rows = sum(len(v) for v in open_windows.values())
     return res
+
+
+def _idle_keys(n, now, timeout, size, known, held, last_arrival, quiet_since, open_windows, res, forget) -> None:
+    """The idle_timeout timers of batch ``n`` at processing time ``now`` (ms), after its rows."""
+    for key in sorted(known, key=repr):
+        if key not in last_arrival:
+            continue
+        due = quiet_since[key] + timeout if key in quiet_since else last_arrival[key] + timeout
+        if due > now:
+            continue
+        windows = sorted(start for k, start in open_windows if k == key)
+        for start in windows:
+            res.emitted.append((key, start, start + size, n, tuple(sorted(open_windows.pop((key, start))))))
+            if held.get(key) is None or start + size > held[key]:
+                held[key] = start + size
+        if (key in quiet_since and now - quiet_since[key] >= timeout) or now - last_arrival[key] >= 2 * timeout:
+            known.discard(key)
+            for d in (held, last_arrival, quiet_since) + forget:
+                d.pop(key, None)
+            res.released.append((n, key))
+        else:
+            quiet_since.setdefault(key, now)
 
 
 def _advanced(batches: Sequence[Sequence[PolicyRow]], policy: Policy) -> bool:

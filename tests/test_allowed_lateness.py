@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_to_end
 from reference_model import run_model
-from test_reference_model import LATENESS_S, SECOND, packed_streams, spark_examples, to_spark_rows
+from support import LATENESS_CHOICES_S, SECOND, Replay, packed_streams, run_to_end, spark_examples, to_spark_rows
 
 
 def run(spark, root, batches, lateness_s, window_s, slide_s, allowed_s):
@@ -37,7 +36,7 @@ def run(spark, root, batches, lateness_s, window_s, slide_s, allowed_s):
 @spark_examples(6)
 @given(
     batches=packed_streams(),
-    lateness_s=st.sampled_from(LATENESS_S),
+    lateness_s=st.sampled_from(LATENESS_CHOICES_S),
     shape=st.sampled_from([(5, None), (10, None), (10, 5)]),
     allowed_s=st.sampled_from([0, 3, 10, 30]),
 )

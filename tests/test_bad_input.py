@@ -256,6 +256,7 @@ _NO_JAR_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_session_without_jar_raises_clear_error(tmp_path):
     # A second SparkContext cannot be created in this process: use a fresh interpreter.
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")}

@@ -24,11 +24,9 @@ from typing import List
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay
 from policy_model import Policy, run_policy_model
-from test_reference_model import ts
+from support import SECOND, Replay, ts
 
-SECOND = 1_000_000
 SPAN = 15 * 60 * SECOND  # event time per micro-batch = the window size
 BASE = 1_700_001_000 * SECOND - (1_700_001_000 * SECOND) % SPAN  # aligned to the windows
 NEW_KEYS = 60

@@ -17,6 +17,9 @@ from collections import Counter
 from pathlib import Path
 
 import pyspark
+import pytest
+
+pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
 
 HERE = Path(__file__).resolve().parent
 

@@ -30,6 +30,8 @@ import keyed_watermarks as kw
 from keyed_watermarks._jvm import ROCKSDB_PROVIDER
 from keyed_watermarks.connect import PLUGIN_CLASS, PLUGIN_CONF
 
+pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 NEWEST_PYSPARK_CLIENT = "4.2.0"

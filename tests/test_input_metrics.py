@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import run_to_end
+from support import run_to_end
 
 SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, gw STRING, gap STRING, lat STRING"
 FUTURE = datetime(9999, 1, 1, tzinfo=timezone.utc)  # beyond max_ahead (a day) of processing time

@@ -18,12 +18,9 @@ from collections import Counter
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_to_end
 from policy_model import Policy, run_policy_model
-from test_reference_model import ts
+from support import BASE, SECOND, Replay, run_to_end, ts
 
-SECOND = 1_000_000
-BASE = 1_700_000_000 * SECOND
 SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, lat STRING"
 FAR_FUTURE = int(datetime.datetime(9999, 1, 1, tzinfo=datetime.timezone.utc).timestamp()) * SECOND
 

@@ -51,6 +51,8 @@ from kafka_oracle import (  # noqa: E402
     duplicates, expected, logged_batches, read_dead_letter, read_results, read_topic,
     spark_window_values)
 
+pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
+
 LATENESS_S, WINDOW_S = 30, 60
 MAX_OFFSETS = 250  # per micro-batch: the quick stream (1,620 messages) makes 7 batches
 KILLS = 5

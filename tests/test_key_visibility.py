@@ -14,16 +14,14 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_to_end
 from policy_model import nearest_rank
 from reference_model import run_model
-from test_reference_model import ts
+from support import BASE, SECOND, Replay, run_to_end, ts
 
-SECOND = 1_000_000
-BASE = 1_704_067_200 * SECOND
 LATENESS_S, WINDOW_S, SKEW_S, STUCK_S = 2, 10, 15, 5
 
 
@@ -60,6 +58,13 @@ def run(spark, workdir):
     return report, list(query.recentProgress), model
 
 
+def _batch_timestamps_ms(checkpoint):
+    """Each micro-batch's processing time (the batch timestamp its operators saw), from the
+    metadata line of its offset log entry."""
+    return {int(f.name): json.loads(f.read_text().splitlines()[1])["batchTimestampMs"]
+            for f in (checkpoint / "offsets").iterdir() if f.name.isdigit()}
+
+
 def test_read_key_state_and_metrics_match_the_model(spark, workdir):
     report, progress, model = run(spark, workdir)
     # The report's schema is unchanged: the internal per-key rows feed the metrics only.
@@ -74,15 +79,19 @@ def test_read_key_state_and_metrics_match_the_model(spark, workdir):
     rows = {r.device: r for r in state.select(
         "device", F.unix_micros("watermark").alias("wm"), F.unix_micros("max_event_time").alias("m"),
         "open_windows", F.unix_micros("earliest_window_start").alias("earliest"), "late_rows",
-        "attempted_regressions", "lateness", "last_batch_with_rows", "idle_since").collect()}
+        "attempted_regressions", "lateness", F.unix_millis("last_batch_with_rows").alias("last_batch_with_rows"),
+        "idle_since").collect()}
     assert set(rows) == set(model.key_state)
+    batch_times = _batch_timestamps_ms(workdir / "checkpoint")
     for key, want in model.key_state.items():
         got = rows[key]
         assert (got.wm, got.m, got.open_windows, got.earliest, got.late_rows, got.attempted_regressions) == (
             want.watermark, want.max_event_time, want.open_windows, want.earliest_window_start, want.late_rows,
             want.regressions), key
         assert got.lateness.total_seconds() == LATENESS_S and got.idle_since is None
-        assert got.last_batch_with_rows is not None
+        # The processing time of the key's last micro-batch with rows (its progress' timestamp).
+        assert got.last_batch_with_rows == batch_times[max(b for b, batch in enumerate(BATCHES)
+                                                           if any(r[0] == key for r in batch))], key
     # An earlier micro-batch: the key that left state is there.
     before = {r.device for r in kw.read_key_state(spark, str(workdir / "checkpoint"), key="device", batch_id=0)
               .collect()}
@@ -172,6 +181,7 @@ CONNECT_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_metrics_reads_spark_connect_progress(tmp_path):
     proc = subprocess.run([sys.executable, "-c", CONNECT_SCRIPT, str(tmp_path / "checkpoint")],
                           capture_output=True, text=True, timeout=600)

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from conftest import Replay
 from reference_model import run_model
-from test_restart import make_batches, ts
+from support import SECOND, Replay, four_device_batches, ts
+
+pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
 
 HERE = Path(__file__).resolve().parent
-SECOND = 1_000_000
 
 
 def committed(checkpoint: Path) -> int:
@@ -42,7 +42,7 @@ def start(sink: str, changelog: str, workdir: Path, trigger: str) -> subprocess.
 
 @pytest.mark.parametrize("sink, changelog", [("parquet", "on"), ("foreach", "off")])
 def test_kill_9_loses_and_duplicates_no_window(spark, workdir, sink, changelog):
-    batches = make_batches(seed=17)
+    batches = four_device_batches(seed=17)
     Replay(spark, workdir).add_all([[(k, ts(t), v) for k, t, v in b] for b in batches])
     model = run_model(batches, 2 * SECOND, 10 * SECOND)
 

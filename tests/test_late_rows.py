@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay
 from reference_model import run_model
-from test_reference_model import LATENESS_S, SECOND, packed_streams, spark_examples, to_spark_rows
+from support import LATENESS_CHOICES_S, SECOND, Replay, packed_streams, spark_examples, to_spark_rows
 
 
 def run_two_sinks(spark, root, batches, lateness_s: int, window_s: int, slide_s=None):
@@ -48,7 +47,7 @@ def run_two_sinks(spark, root, batches, lateness_s: int, window_s: int, slide_s=
 
 
 @spark_examples(5)
-@given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_S), window_s=st.sampled_from([5, 10]))
+@given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_CHOICES_S), window_s=st.sampled_from([5, 10]))
 def test_late_rows_are_kept_and_every_row_is_accounted_for(spark, tmp_path_factory, batches, lateness_s, window_s):
     model = run_model(batches, lateness_s * SECOND, window_s * SECOND)
     note(f"lateness={lateness_s}s window={window_s}s batches={batches} model={model}")

@@ -1,8 +1,8 @@
 """The operator's rules, in memory, against the reference model (tests/reference_model.py),
 with hundreds of generated cases per rule.
 
-Each case drives one KeyedWindowProcessor per key through Spark's TwsTester (an in-memory
-state store), micro-batch by micro-batch: the partials of a batch are planned by the same
+Each case drives one KeyedWindowProcessor per key over the in-memory state store and timers of
+Spark's TwsTester, micro-batch by micro-batch: the partials of a batch are planned by the same
 planner steps as in a streaming query, over a batch DataFrame (see
 jvm/src/test/scala/.../testing/OperatorHarness.scala). No streaming query runs, so a case
 takes a fraction of a second; the end-to-end layer (tests/test_reference_model.py) runs the
@@ -15,87 +15,17 @@ rows per (batch, key) with the key's watermark.
 
 from __future__ import annotations
 
-import json
-import os
 from collections import Counter
-from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
-import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from reference_model import run_model, run_session_model
-from test_reference_model import LATENESS_S, SECOND, WINDOW_S, packed_streams, per_row_gap
-
-SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE"
-ROOT = Path(__file__).resolve().parent.parent
-HARNESS = "io.github.keyedwatermarks.testing.OperatorHarness"
-
-# Generated cases per rule (the end-to-end layer runs 5-8 each); KW_IN_MEMORY_CASES overrides.
-CASES = int(os.environ.get("KW_IN_MEMORY_CASES", "100"))
-in_memory = settings(
-    max_examples=CASES,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+from support import (
+    LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, in_memory, packed_streams, per_row_gap, run_in_memory,
 )
-
-
-def _test_classes() -> Path:
-    """sbt's compiled Scala test classes (./dev/test compiles them before pytest runs)."""
-    found = sorted(ROOT.glob("jvm/**/test-classes/io/github/keyedwatermarks/testing/OperatorHarness.class"),
-                   key=lambda p: p.stat().st_mtime)
-    if not found:
-        pytest.fail("OperatorHarness is not compiled: run ./dev/sbt core/Test/compile (./dev/test does)")
-    return found[-1].parents[4]
-
-
-@pytest.fixture(scope="module")
-def harness(spark):
-    """A factory of harnesses, loaded from the Scala test classes by a class loader whose parent
-    sees the session's jars (the keyed-watermarks jar and Spark)."""
-    jvm = spark.sparkContext._jvm
-    gateway = spark.sparkContext._gateway
-    urls = gateway.new_array(jvm.java.net.URL, 1)
-    urls[0] = jvm.java.io.File(str(_test_classes())).toURI().toURL()
-    loader = jvm.java.net.URLClassLoader.newInstance(urls, jvm.Thread.currentThread().getContextClassLoader())
-    constructor = loader.loadClass(HARNESS).getConstructors()[0]
-
-    def make(options: Dict[str, Any], aggs: List, columns: Optional[Dict] = None):
-        jcolumns = jvm.java.util.HashMap()
-        for name, c in (columns or {}).items():
-            jcolumns.put(name, c._jc)
-        jaggs = jvm.java.util.ArrayList()
-        for c in aggs:
-            jaggs.add(c._jc)
-        args = gateway.new_array(jvm.java.lang.Object, 5)
-        for i, a in enumerate([spark._jsparkSession, SCHEMA, json.dumps(options), jcolumns, jaggs]):
-            args[i] = a
-        return constructor.newInstance(args)
-
-    return make
-
-
-class Out:
-    """One output row: its columns as attributes (times in microseconds)."""
-
-    def __init__(self, row: Dict[str, Any], window_col: str) -> None:
-        self.__dict__.update(row)
-        window = row.get(window_col) or {}
-        self.start, self.end, self.wm = window.get("start"), window.get("end"), row["kw_watermark"]
-        self.revision = row.get("revision") or 0
-
-
-def run_batches(h, batches, window_col: str) -> List[tuple]:
-    """Runs every batch through the harness; returns (batch, output row) pairs."""
-    out = []
-    for n, rows in enumerate(batches):
-        # The operator's "key" rows only feed the per-batch metrics (the planner drops them).
-        out += [(n, Out(r, window_col)) for r in json.loads(h.batch(json.dumps([list(r) for r in rows])))
-                if r["kw_kind"] != "key"]
-    return out
 
 
 def late_per_batch_key(out) -> Counter:
@@ -103,8 +33,8 @@ def late_per_batch_key(out) -> Counter:
 
 
 def options(lateness_s: int, **windows) -> Dict[str, Any]:
-    # No skew bound: it follows Spark's global watermark across micro-batches, which TwsTester
-    # does not advance by itself (the end-to-end layer covers it: tests/test_reference_model.py).
+    # No skew bound: the reference model's rules per key (the skew bound and the other policies
+    # are in tests/test_policies_in_memory.py, against the policy model).
     return {"key": ["device"], "event_time": "ts", "lateness": f"{lateness_s} seconds", "report": True,
             "max_skew": "unbounded", **windows}
 
@@ -132,7 +62,7 @@ def check_windows(out, model) -> None:
 
 
 @in_memory
-@given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_S), window_s=st.sampled_from(WINDOW_S),
+@given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_CHOICES_S), window_s=st.sampled_from(WINDOW_CHOICES_S),
        allowed_s=st.sampled_from([0, 0, 0, 7]))
 def test_tumbling_windows_in_memory(harness, batches, lateness_s, window_s, allowed_s):
     window = {"size": f"{window_s} seconds"}
@@ -141,18 +71,18 @@ def test_tumbling_windows_in_memory(harness, batches, lateness_s, window_s, allo
     model = run_model(batches, lateness_s * SECOND, window_s * SECOND, allowed=allowed_s * SECOND, max_skew=None)
     note(f"lateness={lateness_s}s window={window_s}s allowed={allowed_s}s model={model}")
     h = harness(options(lateness_s, window=window), aggs())
-    check_windows(run_batches(h, batches, "window"), model)
+    check_windows(run_in_memory(h, batches, "window"), model)
 
 
 @in_memory
-@given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_S),
+@given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_CHOICES_S),
        window_slide=st.sampled_from([(10, 5), (10, 2), (6, 4), (5, 5)]))
 def test_sliding_windows_in_memory(harness, batches, lateness_s, window_slide):
     window_s, slide_s = window_slide
     model = run_model(batches, lateness_s * SECOND, window_s * SECOND, slide_s * SECOND, max_skew=None)
     note(f"lateness={lateness_s}s window={window_s}s slide={slide_s}s model={model}")
     h = harness(options(lateness_s, window={"size": f"{window_s} seconds", "slide": f"{slide_s} seconds"}), aggs())
-    check_windows(run_batches(h, batches, "window"), model)
+    check_windows(run_in_memory(h, batches, "window"), model)
 
 
 @in_memory
@@ -170,7 +100,7 @@ def test_sessions_in_memory(harness, batches, lateness_s, gap_s, allowed_s):
         .when(F.col("temp") < 0, "0 seconds")}
     h = harness(options(lateness_s, session=session),
                 [F.count("*").alias("n"), F.sort_array(F.collect_list("temp")).alias("temps")], columns)
-    out = run_batches(h, batches, "session_window")
+    out = run_in_memory(h, batches, "session_window")
 
     def values(vs):
         return tuple(sorted(vs, key=repr))

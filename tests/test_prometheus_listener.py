@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay
+from support import Replay
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "prometheus_listener.py"
 T0 = dt.datetime(2026, 3, 2, 8, 0)

@@ -13,33 +13,22 @@ with its own key prefix and batch split: keys never interact) into one query.
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, note, settings
+from hypothesis import example, given, note
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_to_end
-from reference_model import ModelResult, run_model
-
-SECOND = 1_000_000
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-
-
-def ts(micros: Optional[int]) -> Optional[datetime.datetime]:
-    """An aware datetime for `micros` since the epoch (exact, whatever the local time zone)."""
-    return None if micros is None else EPOCH + datetime.timedelta(microseconds=micros)
-
-
-def to_spark_rows(batches: Sequence[Sequence[tuple]]) -> List[List[tuple]]:
-    return [[(k, ts(t), v) for k, t, v in b] for b in batches]
-
+from reference_model import ModelResult, run_model, run_session_model
+from support import (
+    BASE, LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, Replay, assert_late_per_key, executed_plan, packed_streams,
+    per_row_gap, run_to_end, spark_examples, to_spark_rows,
+)
 
 DEFAULT = "default"
 
@@ -70,7 +59,7 @@ def run_with_progress(df, out_dir: Path, checkpoint: Path):
     query = run_to_end(df, out_dir, checkpoint)
     progress = list(query.recentProgress)
     # Numeric aggregates: the partials are Spark's HashAggregateExec's (invalid rows included).
-    plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
+    plan = executed_plan(query)
     assert "partials=hash-aggregate" in plan, plan
     # Event times and watermarks as micros, so nothing depends on the local time zone.
     rows = (
@@ -158,74 +147,6 @@ def check_against_model(batches, model: ModelResult, rows, progress, sliding: bo
 # Generated streams
 # --------------------------------------------------------------------------------------
 
-LATENESS_S = [0, 2, 5, 10]
-WINDOW_S = [5, 10]
-BASES_S = [0, 1_700_000_000]  # base 0 with backward steps also yields negative event times
-# A key's clock mostly moves forward (0..9 s per row) and sometimes jumps back up to 25 s.
-STEP_S = st.sampled_from(list(range(0, 10)) * 5 + list(range(-25, 0)))
-
-
-@st.composite
-def sub_stream(draw, prefix: str, base: int) -> List[List[tuple]]:
-    """One stream of a few keys, as micro-batches of (key, micros|None, temp|None) rows.
-
-    Each key's event time is a random walk (mostly forward, sometimes backward far enough to
-    be late), with occasional sub-second offsets to hit window boundaries from both sides.
-    `base` (micros) is where the walks start.
-    """
-    n_keys = draw(st.integers(1, 3))
-    clock = [base + draw(st.integers(0, 20)) * SECOND for _ in range(n_keys)]
-    events = draw(st.lists(
-        st.tuples(
-            st.integers(0, n_keys - 1),
-            STEP_S,
-            st.sampled_from([0, 0, 0, 0, 1, -1, SECOND // 2]),  # extra micros
-            st.sampled_from(["ok"] * 12 + ["null_key", "null_time"]),
-            st.one_of(st.none(), st.integers(-20, 40)),
-        ),
-        min_size=8, max_size=30))
-    rows = []
-    for key, step, micros, kind, temp in events:
-        clock[key] += step * SECOND
-        t = clock[key] + micros
-        value = None if temp is None else float(temp)
-        if kind == "null_key":
-            rows.append((None, t, value))
-        elif kind == "null_time":
-            rows.append((f"{prefix}{key}", None, value))
-        else:
-            rows.append((f"{prefix}{key}", t, value))
-    # Random split into 1..6 contiguous micro-batches.
-    cuts = sorted(set(draw(st.lists(st.integers(1, len(rows) - 1), min_size=1, max_size=5))))
-    cuts = [c for c in cuts if 0 < c < len(rows)]
-    bounds = [0] + cuts + [len(rows)]
-    return [rows[a:b] for a, b in zip(bounds, bounds[1:])]
-
-
-@st.composite
-def packed_streams(draw):
-    """Several streams (disjoint key prefixes) merged batch by batch. They start from one base,
-    so that only a skew bound (Spark's global watermark) makes keys of one stream interact
-    with another's; without one, they never do."""
-    base = draw(st.sampled_from(BASES_S)) * SECOND
-    subs = [draw(sub_stream(f"s{i}_", base)) for i in range(draw(st.integers(2, 3)))]
-    merged = [sum((s[i] for s in subs if i < len(s)), []) for i in range(max(map(len, subs)))]
-    return [b for b in merged if b]  # an empty micro-batch is no micro-batch
-
-
-def spark_examples(n: int):
-    """Hypothesis settings for tests whose every example runs a Spark query: no shrinking (it
-    would run dozens more queries; the failing example is printed, and the `note`s show the
-    model's view of it), no example database, no deadline."""
-    return settings(
-        max_examples=n,
-        deadline=None,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-
-
 # Skew bounds (seconds): unbounded, small enough that keys fall behind and leave state while
 # others advance (and may return), and the default (an hour: never reached by these streams).
 SKEWS_S = [None, 0, 15, 3600]
@@ -235,8 +156,8 @@ SKEWS_S = [None, 0, 15, 3600]
 @spark_examples(8)
 @given(
     batches=packed_streams(),
-    lateness_s=st.sampled_from(LATENESS_S),
-    window_s=st.sampled_from(WINDOW_S),
+    lateness_s=st.sampled_from(LATENESS_CHOICES_S),
+    window_s=st.sampled_from(WINDOW_CHOICES_S),
     skew_s=st.sampled_from(SKEWS_S),
 )
 # Found by this test: a window ending at or before 0 registers its event-time timer at 0 ms, which
@@ -258,7 +179,7 @@ def test_operator_matches_reference_model(spark, tmp_path_factory, batches, late
 @spark_examples(5)
 @given(
     batches=packed_streams(),
-    lateness_s=st.sampled_from(LATENESS_S),
+    lateness_s=st.sampled_from(LATENESS_CHOICES_S),
     window_slide=st.sampled_from([(10, 5), (10, 2), (6, 4), (5, 5)]),
 )
 def test_sliding_windows_match_reference_model(spark, tmp_path_factory, batches, lateness_s, window_slide):
@@ -294,9 +215,6 @@ def test_sliding_row_is_late_only_when_all_its_windows_are_closed(spark, workdir
 # --------------------------------------------------------------------------------------
 # Hand-computed examples (documentation of the contract)
 # --------------------------------------------------------------------------------------
-
-BASE = 1_704_067_200 * SECOND  # 2024-01-01T00:00:00Z, a multiple of 10 s: windows align
-
 
 def s(seconds: float) -> int:
     return BASE + int(seconds * SECOND)
@@ -431,26 +349,6 @@ def test_timer_kept_early_fires_without_a_trace(spark, workdir):
 # --------------------------------------------------------------------------------------
 
 
-def assert_late_per_key(rows, model_late: Dict[Tuple[int, str], int]) -> Dict[str, int]:
-    """Per-key late counts of the report's 'late' rows equal the model's (batch, key) counts."""
-    late: Dict[str, int] = Counter()
-    for r in rows:
-        if r.kw_kind == "late":
-            late[r.device] += r.kw_late_rows
-    want: Dict[str, int] = Counter()
-    for (_, key), n in model_late.items():
-        want[key] += n
-    assert dict(late) == dict(want)
-    return dict(late)
-
-
-def per_row_gap(value) -> Optional[int]:
-    """The per-row gap of the dynamic-gap session tests (micros): None or <= 0 is invalid."""
-    if value is None:
-        return None
-    return 10 * SECOND if value > 20 else 3 * SECOND if value >= 0 else 0
-
-
 @pytest.mark.all_versions
 @spark_examples(6)
 @given(batches=packed_streams(), lateness_s=st.sampled_from([0, 5]), gap_s=st.sampled_from([3, 10, None]),
@@ -459,8 +357,6 @@ def test_sessions_match_session_model(spark, tmp_path_factory, batches, lateness
     """Emitted sessions (bounds, values, revision), the micro-batch of each emission and
     per-key late counts equal the session model's, over random multi-key streams and batch
     splits; with a fixed or a per-row gap (gap_s None), with and without allowed lateness."""
-    from reference_model import run_session_model
-
     gap = per_row_gap if gap_s is None else gap_s * SECOND
     model = run_session_model(batches, lateness_s * SECOND, gap, allowed_s * SECOND)
     note(f"lateness={lateness_s}s gap={gap_s}s allowed={allowed_s}s model={model}")

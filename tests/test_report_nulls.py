@@ -9,8 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_to_end
-from test_reference_model import SECOND, ts
+from support import SECOND, Replay, run_to_end, ts
 
 pytestmark = pytest.mark.all_versions
 

@@ -5,49 +5,18 @@ uninterrupted run over the same micro-batches, including windows whose rows span
 
 from __future__ import annotations
 
-import datetime
-import random
 from collections import Counter
-from typing import List
 
 import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_available
 from reference_model import run_model
+from support import SECOND, Replay, four_device_batches, run_available, ts
 
-SECOND = 1_000_000
-BASE = 1_704_067_200 * SECOND  # 2024-01-01T00:00:00Z
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 LATENESS_S, WINDOW_S = 5, 10
-N_BATCHES, HALF = 8, 4
-
-
-def ts(micros):
-    return None if micros is None else EPOCH + datetime.timedelta(microseconds=micros)
-
-
-def make_batches(seed: int = 7) -> List[List[tuple]]:
-    """4 devices at different speeds; out-of-order rows, some late rows, a few invalid rows.
-    Rows are (key, micros|None, temp)."""
-    rng = random.Random(seed)
-    speeds = {"d0": 2, "d1": 3, "d2": 1, "d3": 6}  # seconds per row, on average
-    clock = {d: BASE for d in speeds}
-    batches = []
-    for _ in range(N_BATCHES):
-        rows = []
-        for _ in range(14):
-            d = rng.choice(sorted(speeds))
-            clock[d] += rng.randint(0, 2 * speeds[d]) * SECOND
-            t = clock[d] - (rng.randint(0, 20) * SECOND if rng.random() < 0.2 else 0)
-            rows.append((d, t, float(rng.randint(0, 40)) / 2))  # halves: sums and avgs exact
-        rows.append((None, clock["d0"], 1.0))
-        if rng.random() < 0.5:
-            rows.append(("d1", None, 1.0))
-        batches.append(rows)
-    return batches
+HALF = 4  # of four_device_batches' 8 micro-batches
 
 
 def query(replay: Replay):
@@ -71,7 +40,7 @@ def as_multiset(rows) -> Counter:
 
 @pytest.mark.all_versions
 def test_restart_from_checkpoint_matches_uninterrupted_run(spark, workdir):
-    batches = make_batches()
+    batches = four_device_batches()
     spark_batches = [[(k, ts(t), v) for k, t, v in b] for b in batches]
 
     # Uninterrupted: all files present, one availableNow run.
@@ -130,7 +99,7 @@ def test_restart_with_other_aggregates_is_refused(spark, workdir):
     # The open windows are stored as bytes Spark's state-schema check cannot look into: a
     # restart whose aggregates differ must fail with a clear error, not misread the buffers.
     replay = Replay(spark, workdir)
-    batches = make_batches(3)
+    batches = four_device_batches(3)
     replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in batches[:2]])
 
     def run(*aggs):
@@ -153,7 +122,7 @@ def test_restart_with_another_window_spec_is_refused(spark, workdir, first, seco
     # Stored windows are found by their start: after 10 s -> 20 s a row was merged into a
     # stored 10-second window. A restart with another window spec must fail, naming it.
     replay = Replay(spark, workdir)
-    batches = make_batches(5)
+    batches = four_device_batches(5)
     replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in batches[:2]])
 
     def run(windows):

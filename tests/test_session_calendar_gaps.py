@@ -14,7 +14,7 @@ from pyspark.errors import IllegalArgumentException
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import EVENT_SCHEMA, Replay, run_to_end
+from support import EVENT_SCHEMA, Replay, run_to_end
 
 UTC = datetime.timezone.utc
 

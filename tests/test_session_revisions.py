@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import EVENT_SCHEMA, Replay, run_to_end
-from test_reference_model import SECOND, packed_streams, per_row_gap, spark_examples, to_spark_rows
+from support import (
+    EVENT_SCHEMA, SECOND, Replay, packed_streams, per_row_gap, run_to_end, spark_examples, to_spark_rows,
+)
 
 
 def gap_column():

@@ -12,8 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_to_end
-from test_reference_model import SECOND, ts
+from support import SECOND, Replay, run_to_end, ts
 
 GAP_S = 10
 LATENESS_S = 5

@@ -29,42 +29,33 @@ from pyspark.errors import IllegalArgumentException
 from pyspark.sql import DataFrame, functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_to_end
+from support import BASE, SECOND, Replay, executed_plan, run_to_end, ts
 
-SEC = 1_000_000  # microseconds
 SIZE = "10 seconds"
-SIZE_US = 10 * SEC
+SIZE_US = 10 * SECOND
 LATENESS = "5 seconds"
-LATENESS_US = 5 * SEC
-# 2024-01-01T00:00:00Z: aligned to every window size used here.
-BASE_US = 1_704_067_200 * SEC
+LATENESS_US = 5 * SECOND
 UTC = dt.timezone.utc
-
-
-def ts(us: int) -> dt.datetime:
-    """Event time (microseconds since the epoch) as an aware datetime (session TZ independent)."""
-    return dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=us)
 
 
 def window_start(us: int) -> int:
     return us - ((us % SIZE_US) + SIZE_US) % SIZE_US
 
 
-def run(df: DataFrame, root: Path, name: str) -> Tuple[DataFrame, list]:
+def run(df: DataFrame, root: Path, name: str) -> Tuple[DataFrame, list, str]:
     """Runs `df` with Trigger.AvailableNow into a parquet sink. Returns the sink's content (as a
-    batch DataFrame with an extra `ws_us` column, the window start in microseconds) and the
-    query's progress reports."""
+    batch DataFrame with an extra `ws_us` column, the window start in microseconds), the
+    query's progress reports and its last executed plan."""
     out, checkpoint = root / f"{name}-out", root / f"{name}-checkpoint"
     query = run_to_end(df, out, checkpoint)
-    run.last_plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
     written = df.sparkSession.read.schema(df.schema).parquet(str(out))
-    return written.withColumn("ws_us", F.unix_micros("window.start")), query.recentProgress
+    return written.withColumn("ws_us", F.unix_micros("window.start")), query.recentProgress, executed_plan(query)
 
 
-def partials_path() -> str:
-    """How the last query run() ran its partial aggregation: 'hash-aggregate' (Spark's own
+def partials_path(plan: str) -> str:
+    """How a query's plan runs its partial aggregation: 'hash-aggregate' (Spark's own
     HashAggregateExec, for fixed-width payloads) or 'on-heap'."""
-    return re.search(r"KeyedPartialAggregate .* partials=([a-z-]+)", run.last_plan).group(1)
+    return re.search(r"KeyedPartialAggregate .* partials=([a-z-]+)", plan).group(1)
 
 
 def close(a, b) -> bool:
@@ -134,19 +125,19 @@ def generate(seed: int, batches: int = 7) -> List[List[tuple]]:
     device (most of them late), and a hand-made `edge` device that hits the exact boundary
     `window end == wm`."""
     rng = random.Random(seed)
-    cursor = {"d0": BASE_US, "d1": BASE_US + 3 * SEC, "d2": BASE_US + 7 * SEC}
+    cursor = {"d0": BASE, "d1": BASE + 3 * SECOND, "d2": BASE + 7 * SECOND}
     out: List[List[tuple]] = []
     for b in range(batches):
         rows = []
         for device in cursor:
             if device == "d2" and rng.random() < 0.5:
                 continue  # d2 is sparse: skips about half of the batches
-            cursor[device] += rng.randint(3 * SEC, 12 * SEC)
+            cursor[device] += rng.randint(3 * SECOND, 12 * SECOND)
             for _ in range(rng.randint(2, 6)):
-                t = cursor[device] + rng.randint(-6 * SEC, 2 * SEC)
+                t = cursor[device] + rng.randint(-6 * SECOND, 2 * SECOND)
                 rows.append((device, t))
             if rng.random() < 0.5:
-                rows.append((device, cursor[device] - rng.randint(12 * SEC, 30 * SEC)))
+                rows.append((device, cursor[device] - rng.randint(12 * SECOND, 30 * SECOND)))
         rows = [
             (d, t, None if rng.random() < 0.1 else round(rng.uniform(-10, 40), 2), f"L{rng.randint(0, 30):02d}")
             for d, t in rows
@@ -157,12 +148,12 @@ def generate(seed: int, batches: int = 7) -> List[List[tuple]]:
     # and 109.999999 s are in [100, 110), end 110 <= 110: late; 110 s is in [110, 120): on
     # time. Batch 2 moves the watermark to 127 s, closing [110, 120).
     edge = [
-        [100 * SEC, 115 * SEC],
-        [105 * SEC, 110 * SEC - 1, 110 * SEC],
-        [132 * SEC],
+        [100 * SECOND, 115 * SECOND],
+        [105 * SECOND, 110 * SECOND - 1, 110 * SECOND],
+        [132 * SECOND],
     ]
     for b, times in enumerate(edge):
-        out[b].extend(("edge", BASE_US + t, float(i), f"E{i}") for i, t in enumerate(times))
+        out[b].extend(("edge", BASE + t, float(i), f"E{i}") for i, t in enumerate(times))
     return out
 
 
@@ -206,7 +197,7 @@ def test_batch_oracle(spark, workdir, seed, aggs, path):
     n_rows = sum(len(b) for b in batches)
     # The seeds are chosen so that the stream exercises what it should.
     assert 0 < len(late_reports) and sum(n for _, n, _ in late_reports) < n_rows // 4
-    assert ("edge", 2, BASE_US + 110 * SEC) in late_reports
+    assert ("edge", 2, BASE + 110 * SECOND) in late_reports
 
     replay = Replay(spark, workdir, ORACLE_SCHEMA)
     replay.add_all(to_spark_rows(b) for b in batches)
@@ -214,8 +205,8 @@ def test_batch_oracle(spark, workdir, seed, aggs, path):
     events = replay.stream()
 
     keyed = kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS).window(SIZE)
-    ours_df, progress = run(keyed.agg_with_report(*aggs()), workdir, "ours")
-    assert partials_path() == path
+    ours_df, progress, plan = run(keyed.agg_with_report(*aggs()), workdir, "ours")
+    assert partials_path(plan) == path
     ours = ours_df.collect()
 
     # Report rows: one per key and batch with late rows, watermark at the start of the batch.
@@ -252,7 +243,7 @@ def test_batch_oracle(spark, workdir, seed, aggs, path):
             if row in on_time_set:
                 batches_of[(row[0], window_start(row[1]))].add(b)
     assert sum(1 for w in expected_windows if len(batches_of[w]) > 1) >= 3
-    assert ("edge", BASE_US + 110 * SEC) in windows and windows[("edge", BASE_US + 110 * SEC)]["count(1)"] == 2  # 115 s and 110 s
+    assert ("edge", BASE + 110 * SECOND) in windows and windows[("edge", BASE + 110 * SECOND)]["count(1)"] == 2  # 115 s and 110 s
 
     # Spark's batch aggregation over exactly the on-time rows.
     on_time_df = spark.createDataFrame(to_spark_rows(on_time), ORACLE_SCHEMA)
@@ -348,11 +339,11 @@ def no_late_stream(seed: int, keys: Sequence[Tuple[str, str]], batches: int, jit
     batch gives every key a row at the same final time, so each key's final watermark equals
     Spark's global one."""
     rng = random.Random(seed)
-    cursor = BASE_US + 2 * SEC
+    cursor = BASE + 2 * SECOND
     global_max = None
     out = []
     for b in range(batches):
-        cursor += rng.randint(4 * SEC, 9 * SEC)
+        cursor += rng.randint(4 * SECOND, 9 * SECOND)
         rows = []
         for site, device in keys:
             for _ in range(rng.randint(1, 4)):
@@ -381,15 +372,15 @@ def compare_with_spark(spark, workdir, batches, keys: List[str], slide: Optional
     replay.add_all([(s, d, ts(t), temp) for s, d, t, temp in b] for b in batches)
     events = replay.stream()
 
-    ours_df, ours_progress = run(
+    ours_df, ours_progress, plan = run(
         kw.keyed_watermark(events, key=keys if len(keys) > 1 else keys[0], event_time="ts", lateness=LATENESS)
         .window(SIZE, slide=slide)
         .agg(*aggs()),
         workdir,
         "ours",
     )
-    assert partials_path() == ("hash-aggregate" if aggs is numeric_stream_aggs else "on-heap")
-    spark_df, spark_progress = run(
+    assert partials_path(plan) == ("hash-aggregate" if aggs is numeric_stream_aggs else "on-heap")
+    spark_df, spark_progress, _ = run(
         events.withWatermark("ts", LATENESS)
         .groupBy(*keys, F.window("ts", SIZE) if slide is None else F.window("ts", SIZE, slide))
         .agg(*aggs()),
@@ -443,7 +434,7 @@ def compare_with_spark(spark, workdir, batches, keys: List[str], slide: Optional
 
 @pytest.mark.parametrize(
     "seed,jitter_us",
-    [(11, 0), pytest.param(12, 4 * SEC, marks=pytest.mark.all_versions)],
+    [(11, 0), pytest.param(12, 4 * SECOND, marks=pytest.mark.all_versions)],
     ids=["in-order", "out-of-order-within-lateness"],
 )
 def test_single_key_matches_spark_streaming(spark, workdir, seed, jitter_us):
@@ -473,7 +464,7 @@ def test_fixed_width_partials_match_spark_streaming(spark, workdir, slide):
     # Numeric aggregates only: the partials are Spark's HashAggregateExec's,
     # with a composite key and out-of-order rows (jitter) for tumbling windows.
     keys = [("s1", "a"), ("s1", "b"), ("s2", "a")]
-    batches = no_late_stream(41, keys, batches=5, jitter_us=3 * SEC if slide is None else 0)
+    batches = no_late_stream(41, keys, batches=5, jitter_us=3 * SECOND if slide is None else 0)
     out = compare_with_spark(spark, workdir, batches, ["site", "device"], slide=slide, aggs=numeric_stream_aggs)
     assert {k[:2] for k in out} == set(keys)
 
@@ -486,17 +477,17 @@ def test_many_windows_per_row_match_spark_batch(spark, workdir, size, path):
     # ahead, which closes every window of batch 0 and shares none with it.
     rng = random.Random(11)
     devices = ["a", "b", "c"]
-    rows = [("s", d, BASE_US + rng.randrange(0, 200 * SEC), round(rng.uniform(0, 30), 1))
+    rows = [("s", d, BASE + rng.randrange(0, 200 * SECOND), round(rng.uniform(0, 30), 1))
             for d in devices for _ in range(40)]
-    closing = [("s", d, BASE_US + 86_400 * SEC, 0.0) for d in devices]
+    closing = [("s", d, BASE + 86_400 * SECOND, 0.0) for d in devices]
     replay = Replay(spark, workdir, STREAM_SCHEMA)
     replay.add_all([(si, d, ts(t), temp) for si, d, t, temp in b] for b in (rows, closing))
     aggs = [F.count("*").alias("n"), F.sum("temp").alias("s"), F.max("temp").alias("hi")]
-    ours_df, _ = run(
+    ours_df, _, plan = run(
         kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness=LATENESS)
         .window(size, slide="1 second").agg(*aggs),
         workdir, "ours")
-    assert partials_path() == path
+    assert partials_path(plan) == path
     first = spark.createDataFrame([(si, d, ts(t), temp) for si, d, t, temp in rows], STREAM_SCHEMA)
     theirs = first.groupBy("device", F.window("ts", size, "1 second")).agg(*aggs)
     key = lambda r: (r["device"], r["window"]["start"])  # noqa: E731
@@ -507,7 +498,7 @@ def test_many_windows_per_row_match_spark_batch(spark, workdir, size, path):
 
 def test_composite_key_matches_spark_streaming(spark, workdir):
     keys = [("s1", "a"), ("s1", "b"), ("s2", "a")]
-    batches = no_late_stream(21, keys, batches=5, jitter_us=3 * SEC)
+    batches = no_late_stream(21, keys, batches=5, jitter_us=3 * SECOND)
     out = compare_with_spark(spark, workdir, batches, ["site", "device"])
     assert {k[:2] for k in out} == set(keys)
 
@@ -533,24 +524,24 @@ def test_slow_uploader_kept_by_keyed_watermark_dropped_by_spark(spark, workdir):
     ]
     backlog = len(batches[-1])
     replay = Replay(spark, workdir, STREAM_SCHEMA)
-    replay.add_all([(s, d, ts(BASE_US + t * SEC), 20.0) for s, d, t in b] for b in batches)
+    replay.add_all([(s, d, ts(BASE + t * SECOND), 20.0) for s, d, t in b] for b in batches)
     events = replay.stream()
 
-    ours_df, ours_progress = run(
+    ours_df, ours_progress, _ = run(
         kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS)
         .window(SIZE)
         .agg_with_report(F.count("*").alias("n")),
         workdir,
         "ours",
     )
-    spark_df, spark_progress = run(
+    spark_df, spark_progress, _ = run(
         events.withWatermark("ts", LATENESS).groupBy("device", F.window("ts", SIZE)).agg(F.count("*").alias("n")),
         workdir,
         "spark",
     )
 
-    ours = {(r["device"], (r["ws_us"] - BASE_US) // SEC): r["n"] for r in ours_df.where("kw_kind = 'window'").collect()}
-    theirs = {(r["device"], (r["ws_us"] - BASE_US) // SEC): r["n"] for r in spark_df.collect()}
+    ours = {(r["device"], (r["ws_us"] - BASE) // SECOND): r["n"] for r in ours_df.where("kw_kind = 'window'").collect()}
+    theirs = {(r["device"], (r["ws_us"] - BASE) // SECOND): r["n"] for r in spark_df.collect()}
 
     # Ours: nothing late; slow's watermark is 47 - 5 = 42 s, so [0,10) .. [30,40) are emitted
     # with all their rows and [40,50) (41 s, 47 s) stays open. fast's watermark is
@@ -587,8 +578,8 @@ def test_slow_uploader_kept_by_keyed_watermark_dropped_by_spark(spark, workdir):
 def test_decimal_buffers_in_fixed_width_partials_match_spark(spark, workdir):
     """sum/avg/max of decimals: a DECIMAL(38, 2) buffer is mutable in place in an UnsafeRow but
     lives in its variable-length region, so the payload bytes must carry it intact."""
-    rows = [(f"d{i % 7}", ts(BASE_US + (i % 10) * SEC), i * 1.25 if i % 5 else None) for i in range(200)]
-    closing = [(f"d{i}", ts(BASE_US + 40 * SEC), 1.0) for i in range(7)]
+    rows = [(f"d{i % 7}", ts(BASE + (i % 10) * SECOND), i * 1.25 if i % 5 else None) for i in range(200)]
+    closing = [(f"d{i}", ts(BASE + 40 * SECOND), 1.0) for i in range(7)]
     replay = Replay(spark, workdir, "device STRING, ts TIMESTAMP, temp DOUBLE")
     replay.add_all([rows, closing])
 
@@ -598,13 +589,13 @@ def test_decimal_buffers_in_fixed_width_partials_match_spark(spark, workdir):
     def aggs():
         return [F.sum("big"), F.avg("small"), F.sum("small"), F.max("big"), F.count("*")]
 
-    ours_df, _ = run(
+    ours_df, _, plan = run(
         kw.keyed_watermark(with_decimals(replay.stream()), key="device", event_time="ts", lateness=LATENESS)
         .window(SIZE).agg(*aggs()),
         workdir,
         "ours",
     )
-    assert partials_path() == "hash-aggregate"
+    assert partials_path(plan) == "hash-aggregate"
     batch = with_decimals(spark.createDataFrame(rows, "device STRING, ts TIMESTAMP, temp DOUBLE"))
     want = batch.groupBy("device", F.window("ts", SIZE)).agg(*aggs()).drop("window").collect()
     got = ours_df.drop("window", "ws_us").collect()
@@ -615,15 +606,15 @@ def test_back_quoted_key_name_as_in_group_by(spark, workdir):
     """A key column whose name has a dot is named back-quoted, as in Spark's groupBy; the result
     names and values are those of groupBy("`dev.id`", window(...))."""
     schema = "`dev.id` STRING, ts TIMESTAMP, temp DOUBLE"
-    rows = [(f"d{i % 3}", ts(BASE_US + (i % 20) * SEC), float(i)) for i in range(60)]
-    closing = [(f"d{i}", ts(BASE_US + 60 * SEC), 0.0) for i in range(3)]
+    rows = [(f"d{i % 3}", ts(BASE + (i % 20) * SECOND), float(i)) for i in range(60)]
+    closing = [(f"d{i}", ts(BASE + 60 * SECOND), 0.0) for i in range(3)]
     replay = Replay(spark, workdir, schema)
     replay.add_all([rows, closing])
     ours = (
         kw.keyed_watermark(replay.stream(), key="`dev.id`", event_time="ts", lateness="1 second")
         .window(SIZE).agg(F.count("*").alias("n"), F.sum("temp").alias("s"))
     )
-    out, _ = run(ours, workdir, "ours")
+    out, _, _ = run(ours, workdir, "ours")
     batch = spark.createDataFrame(rows, schema)
     want = batch.groupBy("`dev.id`", F.window("ts", SIZE)).agg(F.count("*").alias("n"), F.sum("temp").alias("s"))
     assert ours.schema.simpleString() == want.schema.simpleString() and ours.columns[0] == "dev.id"

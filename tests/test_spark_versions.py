@@ -93,6 +93,7 @@ _WRONG_JAR = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_jar_of_another_spark_line_refuses_to_run(tmp_path):
     # A Scala job (or --jars by hand) with the jar of another Spark line: the facade checks
     # org.apache.spark.SPARK_VERSION before anything is planned.

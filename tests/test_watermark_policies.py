@@ -20,37 +20,13 @@ from pyspark.errors import IllegalArgumentException
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
-from conftest import Replay, run_to_end
 from policy_model import Policy, run_policy_model
-from test_reference_model import assert_late_per_key, spark_examples, ts
+from support import (
+    BASE, SECOND, Replay, assert_late_per_key, executed_plan, policy_stream, run_to_end, spark_examples, ts,
+)
 
-SECOND = 1_000_000
 WINDOW_S = 10
 SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, lat STRING, src STRING"
-BASE = 1_700_000_000 * SECOND
-
-
-@st.composite
-def policy_stream(draw, max_rows: int = 30, per_key_lateness: bool = False):
-    """Micro-batches of (key, micros, temp, lateness micros | None, source) rows."""
-    n_keys = draw(st.integers(1, 4))
-    clock = [BASE + draw(st.integers(0, 30)) * SECOND for _ in range(n_keys)]
-    table = [draw(st.sampled_from([None, 0, 3, 8, 20])) for _ in range(n_keys)]
-    events = draw(st.lists(st.tuples(
-        st.integers(0, n_keys - 1),
-        st.sampled_from(list(range(0, 9)) * 4 + list(range(-25, 0))),
-        st.integers(-5, 30),
-        st.sampled_from(["a", "a", "b"]),
-        st.sampled_from([None, 0, 5, 15]),
-    ), min_size=6, max_size=max_rows))
-    rows = []
-    for key, step, temp, src, row_lat in events:
-        clock[key] += step * SECOND
-        lat = table[key] if not per_key_lateness else row_lat
-        rows.append((f"d{key}", clock[key], float(temp), None if lat is None else lat * SECOND, src))
-    cuts = sorted(set(draw(st.lists(st.integers(1, len(rows) - 1), min_size=1, max_size=5))))
-    bounds = [0] + cuts + [len(rows)]
-    return [rows[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def run_ours(spark, root: Path, batches, lateness_s: int, numeric: bool = False, **options):
@@ -68,7 +44,7 @@ def run_ours(spark, root: Path, batches, lateness_s: int, numeric: bool = False,
             else [F.sort_array(F.collect_list("temp")).alias("temps")]))
     )
     query = run_to_end(report, root / "out", root / "checkpoint")
-    plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
+    plan = executed_plan(query)
     assert ("partials=hash-aggregate" if numeric else "partials=on-heap") in plan, plan
     values = ["s", "lo", "hi"] if numeric else ["temps"]
     rows = (spark.read.schema(report.schema).parquet(str(root / "out"))

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 # Every Spark line: dev/test runs this module in the venv of each.
-pytestmark = pytest.mark.all_versions
+pytestmark = [pytest.mark.all_versions, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON_DIR = ROOT / "python"

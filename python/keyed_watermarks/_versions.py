@@ -14,14 +14,16 @@ import re
 from pathlib import Path
 from typing import Dict, Optional
 
+from keyed_watermarks._contract import SPARK_LINES
+
 try:
     from pyspark.errors import PySparkRuntimeError as _VersionError
 except ImportError:  # pyspark < 3.5: say which versions are supported all the same
     _VersionError = RuntimeError  # type: ignore[misc,assignment]
 
 #: The Spark minor versions with a bundled jar (Scala 2.13, Java 17).
-SUPPORTED_LINES = ("4.0", "4.1", "4.2", "4.3")
-SUPPORTED = "Spark 4.0, 4.1, 4.2 and 4.3 (any patch release; Scala 2.13, Java 17)"
+SUPPORTED_LINES = SPARK_LINES
+SUPPORTED = f"Spark {', '.join(SPARK_LINES[:-1])} and {SPARK_LINES[-1]} (any patch release; Scala 2.13, Java 17)"
 
 __version__ = Path(__file__).with_name("VERSION").read_text().strip()
 

@@ -10,6 +10,7 @@ from pyspark.errors import PySparkTypeError
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from keyed_watermarks import _contract
 from keyed_watermarks._backend import backend
 
 Duration = Union[str, datetime.timedelta]
@@ -58,16 +59,17 @@ class AdaptiveLateness:
     clamped to ``[min, max]``. The watermark never moves backward: a learnt lateness that
     would move it back is held and counted.
 
-    >>> kw.keyed_watermark(events, key="device", event_time="ts", lateness="30 seconds",
-    ...                    adaptive_lateness=kw.AdaptiveLateness(0.99, min="1 second",
-    ...                                                          max="10 minutes"))
-    ... # doctest: +SKIP
+    >>> wm = kw.keyed_watermark(events, key="device", event_time="ts", lateness="30 seconds",
+    ...                         adaptive_lateness=kw.AdaptiveLateness(0.99, min="1 second",
+    ...                                                               max="10 minutes"))
+    >>> wm.window("1 minute").agg(F.count("*").alias("n")).columns
+    ['device', 'window', 'n']
     """
 
-    quantile: float = 0.99
-    min: Duration = "0 seconds"
-    max: Duration = "1 hour"
-    relative_error: float = 0.01
+    quantile: float = _contract.ADAPTIVE_QUANTILE
+    min: Duration = _contract.ADAPTIVE_MIN
+    max: Duration = _contract.ADAPTIVE_MAX
+    relative_error: float = _contract.ADAPTIVE_RELATIVE_ERROR
 
 
 class KeyedWindow:
@@ -100,7 +102,10 @@ class KeyedWindow:
         ...                                  lateness="5 seconds")
         ...               .window("10 seconds")
         ...               .agg(F.count("*").alias("n"), F.avg("temp").alias("avg_temp")))
-        ... # doctest: +SKIP
+        >>> per_device.columns
+        ['device', 'window', 'n', 'avg_temp']
+        >>> per_device.isStreaming
+        True
         """
         return self._plan(cols, report=False)
 
@@ -109,7 +114,9 @@ class KeyedWindow:
 
         Adds ``kw_kind`` (``'window'`` for a result row, ``'late'`` for a per-key, per-batch
         count of late rows that were left out), ``kw_late_rows`` and ``kw_watermark`` (the
-        key's watermark at the start of the micro-batch).
+        key's watermark at the start of the micro-batch), and ``kw_regressions``: a
+        ``'watermark'`` row counts the policy values that would have moved a key's watermark
+        back, which are held instead (see docs/semantics.md, "Watermark policies").
 
         With ``keep_late_rows=True`` every late row is emitted too, as a ``'late_row'`` row
         with ``kw_late_row`` (a struct of the input's original columns) and ``kw_reason``.
@@ -120,10 +127,17 @@ class KeyedWindow:
         ...                              lateness="5 seconds")
         ...           .window("10 seconds")
         ...           .agg_with_report(F.count("*").alias("n"), keep_late_rows=True))
-        >>> query = report.writeStream.foreachBatch(kw.foreach_batch(
-        ...     results=lambda df, batch_id: df.write.mode("append").parquet(results_path),
-        ...     late_rows=lambda df, batch_id: df.write.mode("append").parquet(dead_letter_path),
-        ... )).start()  # doctest: +SKIP
+        >>> report.columns
+        ['device', 'window', 'n', 'kw_kind', 'kw_late_rows', 'kw_watermark', 'kw_regressions',
+         'kw_late_row', 'kw_reason']
+        >>> writer = kw.foreach_batch(
+        ...     results=lambda df, batch_id: df.write.mode("append").parquet("out/results"),
+        ...     late_rows=lambda df, batch_id: df.write.mode("append").parquet("out/dead_letter"))
+        >>> query_builder = (report.writeStream.foreachBatch(writer)
+        ...                  .option("checkpointLocation", "out/checkpoint"))
+
+        ``query_builder.start()`` starts it; a whole run, with its late and invalid rows in a
+        dead-letter table: docs/guide/late-rows.md.
         """
         return self._plan(cols, report=True, keep_late_rows=_bool("keep_late_rows", keep_late_rows))
 
@@ -131,87 +145,25 @@ class KeyedWindow:
 class KeyedWatermark:
     """Per-key event-time watermark over a streaming DataFrame.
 
-    ``wm(key) = max event time seen for key - lateness``; see docs/semantics.md. This class
-    only converts its arguments (durations to Spark duration strings, names to lists); the
-    JVM checks every option, with the same messages on classic and Spark Connect sessions.
+    ``wm(key) = max event time seen for key - lateness``; see docs/semantics.md. Built by
+    :func:`keyed_watermark`, which converts its arguments (durations to Spark duration strings,
+    names to lists); the JVM checks every option, with the same messages on classic and Spark
+    Connect sessions.
     """
 
-    def __init__(
-        self,
-        events: DataFrame,
-        key: Union[str, Sequence[str]],
-        event_time: str,
-        lateness: Duration,
-        idle_timeout: Optional[Duration] = None,
-        *,
-        key_lateness: Union[Column, Mapping[str, Duration], None] = None,
-        adaptive_lateness: Optional[AdaptiveLateness] = None,
-        clock: str = "event_time",
-        advance_when_idle: bool = False,
-        max_skew: Optional[Duration] = None,
-        closing: str = "keyed",
-        source: Union[str, Column, None] = None,
-        sources: Optional[Sequence[str]] = None,
-        source_idle_timeout: Optional[Duration] = None,
-        max_ahead: Optional[Duration] = None,
-        stuck_after: Optional[Duration] = None,
-    ) -> None:
-        if not isinstance(event_time, str) or not event_time:
-            raise PySparkTypeError(message=f"event_time: expected a column name, got {event_time!r}")
-        columns: Dict[str, Column] = {}
-        mapping = None
-        if isinstance(key_lateness, Column):
-            columns["key_lateness"] = key_lateness
-        elif isinstance(key_lateness, Mapping):
-            mapping = {str(k): _duration(f"key_lateness[{k!r}]", d) for k, d in key_lateness.items()}
-        elif key_lateness is not None:
-            raise PySparkTypeError(
-                message="key_lateness: expected a Column of durations or a dict of key -> duration, "
-                f"got {type(key_lateness).__name__}"
-            )
-        adaptive = None
-        if adaptive_lateness is not None:
-            if not isinstance(adaptive_lateness, AdaptiveLateness):
-                raise PySparkTypeError(message="adaptive_lateness: expected kw.AdaptiveLateness(...)")
-            a = adaptive_lateness
-            adaptive = {
-                "quantile": a.quantile,
-                "min": _duration("adaptive_lateness.min", a.min),
-                "max": _duration("adaptive_lateness.max", a.max),
-                "relative_error": a.relative_error,
-            }
-        if source is not None:
-            if isinstance(source, str):
-                source = F.col(source)
-            if not isinstance(source, Column):
-                raise PySparkTypeError(message="source: expected a column name or a Column")
-            columns["source"] = source
-        if sources is not None:
-            if isinstance(sources, str) or not all(isinstance(n, str) for n in sources):
-                raise PySparkTypeError(message=f"sources: expected a list of strings, got {sources!r}")
-            sources = list(sources) or None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise PySparkTypeError(message="KeyedWatermark: build it with kw.keyed_watermark(events, ...)")
+
+    @classmethod
+    def _from_options(cls, events: DataFrame, options: Dict[str, Any], columns: Dict[str, Column]) -> "KeyedWatermark":
+        """The watermark of ``keyed_watermark``'s converted options, checked by the JVM at once."""
+        self = cls.__new__(cls)
         self._events = events
         self._columns = columns
-        self._options = _drop_none(
-            {
-                "key": _names("key", key),
-                "event_time": event_time,
-                "lateness": _duration("lateness", lateness),
-                "idle_timeout": _duration("idle_timeout", idle_timeout),
-                "key_lateness": mapping,
-                "adaptive_lateness": adaptive,
-                "clock": clock,
-                "advance_when_idle": _bool("advance_when_idle", advance_when_idle),
-                "max_skew": _duration("max_skew", max_skew),
-                "closing": closing,
-                "sources": sources,
-                "source_idle_timeout": _duration("source_idle_timeout", source_idle_timeout),
-                "max_ahead": _duration("max_ahead", max_ahead),
-                "stuck_after": _duration("stuck_after", stuck_after),
-            }
-        )
+        self._options = options
         self._backend = backend(events)
         self._backend.validate_watermark(events, self._options, columns)
+        return self
 
     def _windows(self, windows: Dict[str, Any], columns: Dict[str, Column]) -> KeyedWindow:
         window = KeyedWindow(self, windows)
@@ -235,6 +187,13 @@ class KeyedWatermark:
         watermark passes its end: a row arriving meanwhile updates the window, which is
         emitted again as a new revision. The result then has an extra ``revision`` column
         (0 for the first firing); the last revision of a window is its final value.
+
+        >>> sliding = (kw.keyed_watermark(events, key="device", event_time="ts",
+        ...                               lateness="5 seconds")
+        ...            .window("10 seconds", slide="5 seconds", allowed_lateness="1 minute")
+        ...            .agg(F.count("*").alias("n")))
+        >>> sliding.columns
+        ['device', 'window', 'n', 'revision']
         """
         window = _drop_none(
             {
@@ -273,7 +232,9 @@ class KeyedWatermark:
         ...                                lateness="10 seconds")
         ...             .session(F.when(F.col("kind") == "batch", "10 minutes")
         ...                       .otherwise("30 seconds"))
-        ...             .agg(F.count("*").alias("n")))  # doctest: +SKIP
+        ...             .agg(F.count("*").alias("n")))
+        >>> sessions.columns
+        ['device', 'session_window', 'n']
         """
         allowed = _duration("allowed_lateness", allowed_lateness)
         if isinstance(gap, Column):
@@ -290,15 +251,16 @@ def keyed_watermark(
     *,
     key_lateness: Union[Column, Mapping[str, Duration], None] = None,
     adaptive_lateness: Optional[AdaptiveLateness] = None,
-    clock: str = "event_time",
+    clock: Optional[str] = None,
     advance_when_idle: bool = False,
     max_skew: Optional[Duration] = None,
-    closing: str = "keyed",
+    closing: Optional[str] = None,
     source: Union[str, Column, None] = None,
     sources: Optional[Sequence[str]] = None,
     source_idle_timeout: Optional[Duration] = None,
     max_ahead: Optional[Duration] = None,
     stuck_after: Optional[Duration] = None,
+    name: Optional[str] = None,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
@@ -330,28 +292,76 @@ def keyed_watermark(
         are invalid (counted, never aggregated; default one day; ``"unbounded"`` turns it off).
     :param stuck_after: the per-batch metric ``stuck_keys`` counts keys whose watermark trails
         Spark's global watermark by more than this (default 10 minutes; see :func:`metrics`).
+    :param name: the stage's name, for a query with several keyed stages: its observed metrics
+        are ``keyed_watermarks_input.<name>`` and ``keyed_watermarks_output.<name>``. Default:
+        none for the query's first keyed stage (the plain names), the key columns joined with
+        ``_`` for a later one (see docs/semantics.md, "Keyed stages in a pipeline").
 
     Bad input (unknown column, non-timestamp event time, bad or negative duration, options
     that cannot be combined) raises before any query starts.
 
+    >>> import datetime
     >>> wm = kw.keyed_watermark(events, key="device", event_time="ts", lateness="10 seconds",
-    ...                         key_lateness={"uploader-1": "10 minutes"})  # doctest: +SKIP
+    ...                         key_lateness={"uploader-1": datetime.timedelta(minutes=10)})
+    >>> wm.window("1 minute").agg(F.max("temp").alias("max_temp")).columns
+    ['device', 'window', 'max_temp']
+    >>> kw.keyed_watermark(events, key="device", event_time="temp", lateness="10 seconds")
+    Traceback (most recent call last):
+        ...
+    pyspark.errors.exceptions.captured.IllegalArgumentException: event_time: column 'temp' must be
+    of type TIMESTAMP, but it is DOUBLE; cast it first, e.g. F.col('temp').cast('timestamp')
     """
-    return KeyedWatermark(
-        events,
-        key,
-        event_time,
-        lateness,
-        idle_timeout,
-        key_lateness=key_lateness,
-        adaptive_lateness=adaptive_lateness,
-        clock=clock,
-        advance_when_idle=advance_when_idle,
-        max_skew=max_skew,
-        closing=closing,
-        source=source,
-        sources=sources,
-        source_idle_timeout=source_idle_timeout,
-        max_ahead=max_ahead,
-        stuck_after=stuck_after,
+    if not isinstance(event_time, str) or not event_time:
+        raise PySparkTypeError(message=f"event_time: expected a column name, got {event_time!r}")
+    columns: Dict[str, Column] = {}
+    mapping = None
+    if isinstance(key_lateness, Column):
+        columns["key_lateness"] = key_lateness
+    elif isinstance(key_lateness, Mapping):
+        mapping = {str(k): _duration(f"key_lateness[{k!r}]", d) for k, d in key_lateness.items()}
+    elif key_lateness is not None:
+        raise PySparkTypeError(
+            message="key_lateness: expected a Column of durations or a dict of key -> duration, "
+            f"got {type(key_lateness).__name__}"
+        )
+    adaptive = None
+    if adaptive_lateness is not None:
+        if not isinstance(adaptive_lateness, AdaptiveLateness):
+            raise PySparkTypeError(message="adaptive_lateness: expected kw.AdaptiveLateness(...)")
+        a = adaptive_lateness
+        adaptive = {
+            "quantile": a.quantile,
+            "min": _duration("adaptive_lateness.min", a.min),
+            "max": _duration("adaptive_lateness.max", a.max),
+            "relative_error": a.relative_error,
+        }
+    if source is not None:
+        if isinstance(source, str):
+            source = F.col(source)
+        if not isinstance(source, Column):
+            raise PySparkTypeError(message="source: expected a column name or a Column")
+        columns["source"] = source
+    if sources is not None:
+        if isinstance(sources, str) or not all(isinstance(n, str) for n in sources):
+            raise PySparkTypeError(message=f"sources: expected a list of strings, got {sources!r}")
+        sources = list(sources) or None
+    options = _drop_none(
+        {
+            "key": _names("key", key),
+            "event_time": event_time,
+            "lateness": _duration("lateness", lateness),
+            "idle_timeout": _duration("idle_timeout", idle_timeout),
+            "key_lateness": mapping,
+            "adaptive_lateness": adaptive,
+            "clock": clock,
+            "advance_when_idle": _bool("advance_when_idle", advance_when_idle),
+            "max_skew": _duration("max_skew", max_skew),
+            "closing": closing,
+            "sources": sources,
+            "source_idle_timeout": _duration("source_idle_timeout", source_idle_timeout),
+            "max_ahead": _duration("max_ahead", max_ahead),
+            "stuck_after": _duration("stuck_after", stuck_after),
+            "name": name,
+        }
     )
+    return KeyedWatermark._from_options(events, options, columns)

@@ -8,8 +8,8 @@ from pyspark.errors import PySparkTypeError, PySparkValueError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-# Long.MinValue: "undefined" / "none" in the state record (docs/semantics.md, "Per-key state").
-_UNDEFINED = -(2**63)
+from keyed_watermarks._contract import KEY_STATE_VARIABLE
+from keyed_watermarks._contract import STATE_UNDEFINED as _UNDEFINED
 
 
 def read_key_state(
@@ -36,7 +36,20 @@ def read_key_state(
     ``batch_id`` reads the state after that micro-batch (default: the last committed one);
     ``operator_id`` selects the stateful operator if the query has several.
 
-    >>> kw.read_key_state(spark, "/chk/iot", key="device").orderBy("watermark").show()  # doctest: +SKIP
+    >>> import datetime, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> schema = "device STRING, ts TIMESTAMP, temp DOUBLE"
+    >>> spark.createDataFrame([("a", datetime.datetime(2026, 3, 2, 8, 0, 1), 20.0)],
+    ...                       schema).write.parquet(f"{d}/in")
+    >>> query = (kw.keyed_watermark(spark.readStream.schema(schema).parquet(f"{d}/in"),
+    ...                             key="device", event_time="ts", lateness="5 seconds")
+    ...          .window("10 seconds").agg(F.count("*").alias("n"))
+    ...          .writeStream.format("noop").option("checkpointLocation", f"{d}/chk").start())
+    >>> query.processAllAvailable()
+    >>> query.stop()
+    >>> state = kw.read_key_state(spark, f"{d}/chk", key="device")
+    >>> [(r.device, str(r.watermark), r.open_windows) for r in state.collect()]
+    [('a', '2026-03-02 07:59:56', 1)]
     """
     if not isinstance(checkpoint_location, str) or not checkpoint_location:
         raise PySparkTypeError(message=f"checkpoint_location: expected a path, got {checkpoint_location!r}")
@@ -46,7 +59,7 @@ def read_key_state(
         if not names or not all(isinstance(n, str) and n for n in names):
             raise PySparkTypeError(message=f"key: expected a column name or a list of names, got {key!r}")
     reader = (spark.read.format("statestore").option("path", checkpoint_location)
-              .option("stateVarName", "key_state").option("operatorId", operator_id))
+              .option("stateVarName", KEY_STATE_VARIABLE).option("operatorId", operator_id))
     if batch_id is not None:
         reader = reader.option("batchId", batch_id)
     state = reader.load()

@@ -4,5 +4,7 @@
 Nothing here is imported by ``import keyed_watermarks`` except these two names, which need
 neither the Connect client's dependencies (grpc, protobuf) nor a JVM."""
 
-PLUGIN_CLASS = "io.github.keyedwatermarks.connect.KeyedWatermarksRelationPlugin"
+from keyed_watermarks._contract import CONNECT_PLUGIN_CLASS
+
+PLUGIN_CLASS = CONNECT_PLUGIN_CLASS
 PLUGIN_CONF = "spark.connect.extensions.relation.classes"

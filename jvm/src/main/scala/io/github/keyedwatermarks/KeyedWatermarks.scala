@@ -2,7 +2,7 @@ package io.github.keyedwatermarks
 
 import org.apache.spark.sql.{Column, DataFrame}
 
-import io.github.keyedwatermarks.planner.KeyedPlanner
+import io.github.keyedwatermarks.planner.{KeyedPlanner, SpecChecks}
 import io.github.keyedwatermarks.spec._
 import io.github.keyedwatermarks.spec.{SkewBound, WatermarkSpec}
 
@@ -22,7 +22,6 @@ import io.github.keyedwatermarks.spec.{SkewBound, WatermarkSpec}
  * [[python.PythonAPI]]).
  */
 object KeyedWatermarks {
-  val OutputMetrics: String = KeyedPlanner.OutputMetrics
 
   def apply(
       events: DataFrame,
@@ -41,7 +40,7 @@ object KeyedWatermarks {
  * docs/semantics.md "Watermark policies"), then the windows. Each `with...` returns a copy.
  */
 final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec: WatermarkSpec) {
-  spec.validate(events)
+  SpecChecks.watermark(spec, events)
 
   private def copy(spec: WatermarkSpec): KeyedWatermark = new KeyedWatermark(events, spec)
 
@@ -63,10 +62,10 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
    * time, from a bounded sketch (Spark's QuantileSummaries, `relativeError`), within [min, max].
    */
   def withAdaptiveLateness(
-      quantile: Double = 0.99,
-      min: String = "0 seconds",
-      max: String = "1 hour",
-      relativeError: Double = 0.01): KeyedWatermark =
+      quantile: Double = KeyLateness.Adaptive.DefaultQuantile,
+      min: String = KeyLateness.Adaptive.DefaultMin,
+      max: String = KeyLateness.Adaptive.DefaultMax,
+      relativeError: Double = KeyLateness.Adaptive.DefaultRelativeError): KeyedWatermark =
     copy(spec.copy(keyLateness = KeyLateness.Adaptive(quantile,
         DurationOption("adaptive_lateness.min", min), DurationOption("adaptive_lateness.max", max), relativeError)))
 
@@ -100,6 +99,13 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
    */
   def withStuckAfter(stuckAfter: String): KeyedWatermark =
     copy(spec.copy(stuckAfterMicros = DurationOption.nonNegative("stuck_after", stuckAfter).micros))
+
+  /**
+   * The stage's name, for a query with several keyed stages: its observed metrics are
+   * `keyed_watermarks_input.<name>` and `keyed_watermarks_output.<name>` (default: the plain
+   * names for the query's first keyed stage, the key columns joined with "_" for a later one).
+   */
+  def withName(name: String): KeyedWatermark = copy(spec.copy(stageName = Some(name)))
 
   /** Every key uses Spark's global watermark (`withWatermark(eventTime, lateness)`). */
   def withGlobalClosing(): KeyedWatermark = copy(spec.copy(globalClosing = true))
@@ -159,7 +165,7 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
 /** Windows per key; `agg` builds the streaming result. */
 final class KeyedWindow private[keyedwatermarks] (events: DataFrame, watermark: WatermarkSpec,
     val windows: WindowSpec) {
-  windows.validate(events)
+  SpecChecks.windows(windows, events)
 
   /**
    * Append-mode result with exactly the columns of

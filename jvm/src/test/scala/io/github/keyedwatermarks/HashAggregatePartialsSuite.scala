@@ -9,7 +9,7 @@ import org.apache.spark.sql.kwtest.MemoryStreams
 
 import org.apache.spark.sql.execution.aggregate.HashAggregateExec
 
-import io.github.keyedwatermarks.compat.PartialPayloadExec
+import io.github.keyedwatermarks.partials.PartialPayloadExec
 
 /**
  * Partials by Spark's HashAggregateExec (fixed-width payloads) when task memory runs out: the

@@ -3,10 +3,15 @@ package io.github.keyedwatermarks
 import org.scalatest.funsuite.AnyFunSuite
 
 import io.github.keyedwatermarks.spec.{DurationOption, SkewBound, SkewOf, Unbounded, WatermarkSpec}
+import io.github.keyedwatermarks.planner.WatermarkPolicies
 import io.github.keyedwatermarks.watermark._
 
 class HeldWatermarkSuite extends AnyFunSuite {
   private val Undefined = HeldWatermark.Undefined
+
+  private implicit class PolicyOf(w: WatermarkSpec) {
+    def policy: WatermarkPolicy = WatermarkPolicies.of(w)
+  }
 
   private def fixed(lateness: Long) = new HeldWatermark(WatermarkPolicy(lateness), HeldWatermark.freshRecord(lateness))
 

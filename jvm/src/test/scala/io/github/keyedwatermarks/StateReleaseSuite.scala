@@ -5,7 +5,7 @@ import org.apache.spark.sql.types.{LongType, StructField, StructType}
 import org.apache.spark.unsafe.Platform
 import org.scalatest.funsuite.AnyFunSuite
 
-import io.github.keyedwatermarks.compat.UnsafeRowBytes.RowsCodec
+import io.github.keyedwatermarks.catalyst.UnsafeRowBytes.RowsCodec
 import io.github.keyedwatermarks.state.StateRelease
 import io.github.keyedwatermarks.state.StateRelease.Release
 

@@ -9,7 +9,7 @@ import org.apache.spark.sql.execution.streaming.runtime.StreamingQueryWrapper
 import org.apache.spark.sql.functions._
 import org.apache.spark.sql.kwtest.MemoryStreams
 
-import io.github.keyedwatermarks.compat.PartialPayloadExec
+import io.github.keyedwatermarks.partials.PartialPayloadExec
 
 /**
  * Spark's two-level hash map in the partial aggregation, per micro-batch: on while the batch

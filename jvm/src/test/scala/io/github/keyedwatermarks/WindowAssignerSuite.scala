@@ -17,7 +17,7 @@ class WindowAssignerSuite extends SparkSuite {
     val rnd = new scala.util.Random(7)
     val micros = Seq.fill(300)(rnd.nextLong() % (50L * 365 * 86400 * 1000000L)) ++ Seq(0L, -1L, 1L)
     for (size <- Seq("1 second", "7 seconds", "10 minutes", "1 day")) {
-      val sizeMicros = compat.SparkInternals.durationMicros("window", size)
+      val sizeMicros = spec.DurationOption.micros("window", size)
       val assigner = TumblingWindows(sizeMicros)
       val spark2 = spark
       import spark2.implicits._
@@ -34,8 +34,8 @@ class WindowAssignerSuite extends SparkSuite {
     val rnd = new scala.util.Random(9)
     val micros = Seq.fill(200)(rnd.nextLong() % (50L * 365 * 86400 * 1000000L)) ++ Seq(0L, -1L, 1L, 5000000L)
     for ((size, slide) <- Seq(("10 seconds", "5 seconds"), ("10 seconds", "3 seconds"), ("1 hour", "10 minutes"))) {
-      val assigner = SlidingWindows(compat.SparkInternals.durationMicros("window", size),
-        compat.SparkInternals.durationMicros("slide", slide))
+      val assigner = SlidingWindows(spec.DurationOption.micros("window", size),
+        spec.DurationOption.micros("slide", slide))
       val spark2 = spark
       import spark2.implicits._
       val sparkStarts = micros.toDF("us")

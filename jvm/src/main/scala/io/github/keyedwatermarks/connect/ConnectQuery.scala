@@ -6,9 +6,9 @@ import org.apache.spark.connect.proto
 import org.apache.spark.sql.Column
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.connect.planner.SparkConnectPlanner
-import org.apache.spark.sql.keyedwatermarks.connect.ConnectBridge
+import org.apache.spark.sql.keyedwatermarks.SparkBridge
 
-import io.github.keyedwatermarks.planner.KeyedPlanner
+import io.github.keyedwatermarks.planner.{KeyedPlanner, SpecChecks}
 import io.github.keyedwatermarks.spec.QueryOptions
 
 /**
@@ -21,8 +21,8 @@ object ConnectQuery {
 
   def logicalPlan(message: KeyedWatermarksRelation, planner: SparkConnectPlanner): LogicalPlan = {
     val input = planner.transformRelation(message.input)
-    val events = ConnectBridge.ofRows(planner.session, input)
-    def column(e: proto.Expression): Column = ConnectBridge.column(planner.transformExpression(e))
+    val events = SparkBridge.ofRows(planner.session, input)
+    def column(e: proto.Expression): Column = SparkBridge.column(planner.transformExpression(e))
     val columns = message.columns.map { case (name, e) => name -> column(e) }.asJava
     message.step match {
       case KeyedWatermarksRelation.Plan =>
@@ -31,10 +31,10 @@ object ConnectQuery {
       // Validation only: the client analyses the returned relation (the input) to surface errors
       // when keyed_watermark(...) / .window(...) is called, as the classic API does.
       case KeyedWatermarksRelation.ValidateWatermark =>
-        QueryOptions.watermark(message.options, columns).validate(events)
+        SpecChecks.watermark(QueryOptions.watermark(message.options, columns), events)
         input
       case KeyedWatermarksRelation.ValidateWindows =>
-        QueryOptions.windows(message.options, columns).validate(events)
+        SpecChecks.windows(QueryOptions.windows(message.options, columns), events)
         input
     }
   }

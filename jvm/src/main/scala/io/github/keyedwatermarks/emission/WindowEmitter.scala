@@ -6,7 +6,8 @@ import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, JoinedRow,
 import org.apache.spark.sql.types.{BinaryType, IntegerType, LongType, StringType, StructType, TimestampType}
 import org.apache.spark.unsafe.types.UTF8String
 
-import io.github.keyedwatermarks.compat.{RowFromBytes, SparkInternals, UnsafeRowBytes}
+import io.github.keyedwatermarks.catalyst.{RowFromBytes, SparkInternals, UnsafeRowBytes}
+import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.input
 import io.github.keyedwatermarks.watermark.HeldWatermark
 
@@ -64,7 +65,7 @@ private[keyedwatermarks] final class WindowEmitter(
 
   /** The window rows of the output, with the result columns only, as groupBy().agg() types them. */
   def windowsOnly(output: DataFrame): DataFrame = SparkInternals.withNullability(
-    output.where(output.col(KindColumn) === "window").drop(ReportColumns: _*), resultSchema)
+    output.where(output.col(KindColumn) === Contract.Kinds.Window).drop(ReportColumns: _*), resultSchema)
 
   /** The operator's output (rows of [[OperatorOutputSchema]]) as the columns of [[outputSchema]]. */
   def columns(operatorOutput: DataFrame): DataFrame = RowFromBytes.columns(operatorOutput, BytesColumn, outputSchema)
@@ -147,7 +148,7 @@ private[keyedwatermarks] object WindowEmitter {
       val c = keyIndex.get(f.name) match {
         case Some(i) => invalid.col(input.ProjectedInput.keyColumnName(i))
         case None => f.name match {
-            case KindColumn => F.lit("invalid_row")
+            case KindColumn => F.lit(Contract.Kinds.InvalidRow)
             case LateRowColumn => invalid.col(input.ProjectedInput.OriginalRow)
             case ReasonColumn => invalid.col(input.ProjectedInput.InvalidReason)
             case _ => F.lit(null)
@@ -162,15 +163,14 @@ private[keyedwatermarks] object WindowEmitter {
   val BytesColumn = "kw_row"
   val OperatorOutputSchema: StructType = new StructType().add(BytesColumn, BinaryType, nullable = false)
 
-  val KindColumn = "kw_kind"
-  val LateRowsColumn = "kw_late_rows"
-  val WatermarkColumn = "kw_watermark"
-  val LateRowColumn = "kw_late_row"
-  val ReasonColumn = "kw_reason"
-  val RegressionsColumn = "kw_regressions"
+  val KindColumn = Contract.Report.Kind
+  val LateRowsColumn = Contract.Report.LateRows
+  val WatermarkColumn = Contract.Report.Watermark
+  val LateRowColumn = Contract.Report.LateRow
+  val ReasonColumn = Contract.Report.Reason
+  val RegressionsColumn = Contract.Report.Regressions
   val RevisionColumn = "revision"
-  val ReportColumns: Seq[String] =
-    Seq(KindColumn, LateRowsColumn, WatermarkColumn, RegressionsColumn, LateRowColumn, ReasonColumn)
+  val ReportColumns: Seq[String] = Contract.Report.Columns
 
   /**
    * Internal, never in a result: on a "key" row (one per key the micro-batch handled, with rows
@@ -188,10 +188,10 @@ private[keyedwatermarks] object WindowEmitter {
   val HadRows = 1
   val WasNew = 2
   val Released = 4
-  private val WindowKind = UTF8String.fromString("window")
-  private val LateKind = UTF8String.fromString("late")
-  private val LateRowKind = UTF8String.fromString("late_row")
-  private val WatermarkKind = UTF8String.fromString("watermark")
+  private val WindowKind = UTF8String.fromString(Contract.Kinds.Window)
+  private val LateKind = UTF8String.fromString(Contract.Kinds.Late)
+  private val LateRowKind = UTF8String.fromString(Contract.Kinds.LateRow)
+  private val WatermarkKind = UTF8String.fromString(Contract.Kinds.Watermark)
   private val KeyKind = UTF8String.fromString(KeyKindValue)
   private val LateReason = UTF8String.fromString(
     "all windows of the row end at or before its key's watermark at the start of the micro-batch")

@@ -3,7 +3,8 @@ package io.github.keyedwatermarks.input
 import org.apache.spark.sql.{Column, DataFrame, functions => F}
 import org.apache.spark.sql.types.{StructType, TimestampType}
 
-import io.github.keyedwatermarks.compat.{BatchConstant, SparkInternals}
+import io.github.keyedwatermarks.contract.Contract
+import io.github.keyedwatermarks.catalyst.{BatchConstant, SparkInternals}
 
 /**
  * Validates the user's input and prepares the rows the operator consumes: the key columns,
@@ -24,7 +25,7 @@ private[keyedwatermarks] final case class InputPlan(
 private[keyedwatermarks] object InputPlan {
   /** Name of the internal event-time column (microseconds since the epoch). */
   val EventTimeMicros = "__kw_event_time_us"
-  val InputMetrics = "keyed_watermarks_input"
+  val InputMetrics: String = Contract.InputMetrics
 
   /** `streaming = false` only for the in-memory operator tests, which plan one micro-batch at a time. */
   def validate(events: DataFrame, keys: Seq[String], eventTime: String, streaming: Boolean = true): InputPlan = {

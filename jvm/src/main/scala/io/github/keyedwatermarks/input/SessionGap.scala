@@ -2,7 +2,7 @@ package io.github.keyedwatermarks.input
 
 import org.apache.spark.sql.{Column, DataFrame, functions => F}
 
-import io.github.keyedwatermarks.compat.SparkInternals
+import io.github.keyedwatermarks.catalyst.SparkInternals
 
 /**
  * A row's own session end for a per-row gap, computed as Spark's `session_window` computes it:

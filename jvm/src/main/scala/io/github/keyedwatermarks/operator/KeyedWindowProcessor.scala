@@ -8,8 +8,9 @@ import org.apache.spark.sql.catalyst.expressions.JoinedRow
 import org.apache.spark.sql.streaming.{ExpiredTimerInfo, OutputMode, StatefulProcessor, TimeMode, TimerValues}
 import org.apache.spark.sql.types.StructType
 
-import io.github.keyedwatermarks.compat.{CatalystAggregation, UnsafeRowBytes}
-import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
+import io.github.keyedwatermarks.catalyst.{CatalystAggregation, UnsafeRowBytes}
+import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
+import io.github.keyedwatermarks.partials.PartialLayout
 import io.github.keyedwatermarks.emission.WindowEmitter
 import io.github.keyedwatermarks.state.{KeyState, StoredKey}
 import io.github.keyedwatermarks.watermark.{
@@ -20,7 +21,7 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
 /** Everything the operator needs, fixed when the query is defined (serialized to executors). */
 private[keyedwatermarks] final case class OperatorPlan(
     keySchema: StructType,
-    /** Schema of a partial's payload (see compat.PartialAggregation). */
+    /** Schema of a partial's payload (see partials.PartialColumns). */
     payloadSchema: StructType,
     windows: WindowAssigner,
     policy: WatermarkPolicy,
@@ -33,7 +34,7 @@ private[keyedwatermarks] final case class OperatorPlan(
  * The keyed-watermark windowed aggregation, run by `transformWithState` (never with Spark
  * dropping rows behind its *global* watermark: our partials carry no watermark column).
  * Called once per key and micro-batch with the key's partials of that batch (one per input
- * partition and window, see compat.PartialAggregation):
+ * partition and window, see partials.PartialColumns):
  *  1. lateness is decided against the key's watermark as it stood at the start of the batch,
  *     per (key, window): a partial is wholly late or wholly on time;
  *  2. on-time partials are merged into one live buffer per window touched by the batch;

@@ -5,6 +5,7 @@ import scala.collection.mutable
 import org.apache.spark.sql.Row
 import org.apache.spark.sql.catalyst.InternalRow
 
+import io.github.keyedwatermarks.partials.PartialLayout
 import io.github.keyedwatermarks.state.KeyState
 import io.github.keyedwatermarks.watermark._
 
@@ -104,29 +105,5 @@ private[operator] final class WatermarkAdvance(
     case (Some(t), Some(map)) =>
       map.iterator().map(_._2.getLong(1) + t).filter(_ > nowMs).toList
     case _ => Nil
-  }
-}
-
-/** Ordinals of a partial's payload columns (see compat.PartialAggregation for the layout). */
-private[keyedwatermarks] final case class PartialLayout(
-    windowStart: Int, rows: Int, maxEventTime: Int, lateness: Int, eventTimes: Int, source: Int,
-    sessionEnd: Int, kept: Int, keptWidth: Int)
-
-private[keyedwatermarks] object PartialLayout {
-  import org.apache.spark.sql.types.{ArrayType, StructType}
-  import io.github.keyedwatermarks.compat.PartialAggregation
-
-  def apply(payloadSchema: StructType): PartialLayout = {
-    def ordinal(name: String) = payloadSchema.fieldNames.indexOf(name)
-    val kept = ordinal(PartialAggregation.KeptRows)
-    val keptWidth = if (kept < 0) 0
-    else payloadSchema(kept).dataType match {
-      case a: ArrayType => a.elementType.asInstanceOf[StructType].length
-      case _ => 0
-    }
-    PartialLayout(ordinal(PartialAggregation.WindowStart), ordinal(PartialAggregation.Rows),
-      ordinal(PartialAggregation.MaxEventTime), ordinal(PartialAggregation.Lateness),
-      ordinal(PartialAggregation.EventTimes), ordinal(PartialAggregation.Source),
-      ordinal(PartialAggregation.SessionEnd), kept, keptWidth)
   }
 }

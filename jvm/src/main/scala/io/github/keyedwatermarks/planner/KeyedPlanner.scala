@@ -1,14 +1,18 @@
 package io.github.keyedwatermarks.planner
 
 import org.apache.spark.sql.{Column, DataFrame, Encoders, functions => F}
+import org.apache.spark.sql.catalyst.plans.logical.EventTimeWatermark
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
+import org.apache.spark.sql.types.{MetadataBuilder, StructType}
 
-import io.github.keyedwatermarks.compat.{CatalystAggregation, PartialAggregation, SparkInternals}
+import io.github.keyedwatermarks.contract.Contract
+import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
+import io.github.keyedwatermarks.partials.{PartialAggregation, PartialColumns}
 import io.github.keyedwatermarks.emission.{KeyMetrics, WindowEmitter}
 import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
 import io.github.keyedwatermarks.spec._
-import io.github.keyedwatermarks.watermark.AdaptiveLateness
+import io.github.keyedwatermarks.watermark.{AdaptiveLateness, WatermarkPolicy}
 import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows}
 
 /**
@@ -22,19 +26,19 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  *  6. [[observed]]: invalid rows added (when kept) and the per-batch output counts.
  */
 private[keyedwatermarks] object KeyedPlanner {
-  val OutputMetrics = "keyed_watermarks_output"
+  val OutputMetrics: String = Contract.OutputMetrics
 
   /**
    * The streaming result: the report stream (`agg_with_report`), or only the window rows with
    * the columns and nullability of `groupBy(keys, window).agg(aggs)` (`agg`).
    */
-  def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = {
+  def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = KeyedStages.whilePlanning {
     val p = prepare(events, spec)
     val out = operator(p)
     val all = observed(
       p.projected.invalidRows.fold(out)(invalid =>
         out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))),
-      spec.watermark.stuckAfterMicros)
+      spec.watermark.stuckAfterMicros, KeyedStages.metricsName(OutputMetrics, p.stage))
     if (spec.aggregation.withReport) all else p.operatorPlan.emitter.windowsOnly(all)
   }
 
@@ -48,45 +52,55 @@ private[keyedwatermarks] object KeyedPlanner {
       projected: ProjectedInput,
       grouped: DataFrame,
       operatorPlan: OperatorPlan,
-      timeMode: TimeMode)
+      timeMode: TimeMode,
+      /** The stage's name in its metrics ("": the plain names; see [[KeyedStages.stageName]]). */
+      stage: String = "")
 
-  def prepare(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): Prepared = {
+  def prepare(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): Prepared =
+    KeyedStages.whilePlanning(prepareStage(events, spec, streaming))
+
+  private def prepareStage(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean): Prepared = {
     val input = resolveInput(events, spec, streaming)
+    val upstream = SparkInternals.analyzedPlan(events)
+    val stage = KeyedStages.stageName(spec.watermark.stageName, input.keys, upstream)
+    val policy = WatermarkPolicies.of(spec.watermark)
+    val windows = Assigners.of(spec.windows)
     val ref = reference(input, spec)
     val projected = project(input, ref, spec)
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(ref.analyzed, SparkInternals.output(projected.frame))
-    val emitter = new WindowEmitter(ref.schema, input.keys.map(ref.schema.fieldIndex).toArray,
+    val emitter = new WindowEmitter(ref.resultSchema, input.keys.map(ref.schema.fieldIndex).toArray,
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
       withRevision = spec.windows.allowedLateness.isDefined)
-    val partials = PartialAggregation(projected.frame, input.keys.size, Assigners.of(spec.windows), aggregation,
+    val partials = PartialAggregation(projected.frame, input.keys.size, windows, aggregation,
       spec.aggregation.keepLateRows,
-      keepEventTimes = spec.watermark.policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
+      keepEventTimes = policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
     val operatorPlan = OperatorPlan(
       keySchema = projected.keySchema,
       payloadSchema = partials.payloadSchema,
-      windows = Assigners.of(spec.windows),
-      policy = spec.watermark.policy,
+      windows = windows,
+      policy = policy,
       allowedLatenessMicros = spec.windows.allowedLateness.fold(0L)(_.micros),
       keepLateRows = spec.aggregation.keepLateRows,
       aggregation = aggregation,
       emitter = emitter)
     val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
-    val valid = InvalidRows.observe(partials.frame, PartialAggregation.WindowStart, PartialAggregation.Rows,
+    val valid = InvalidRows.observe(partials.frame, PartialColumns.WindowStart, PartialColumns.Rows,
       withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows),
       withLateness = spec.watermark.keyLateness match {
         case _: KeyLateness.ByColumn | _: KeyLateness.ByKey => true
         case KeyLateness.Fixed | _: KeyLateness.Adaptive => false
       },
-      withFuture = spec.watermark.maxAheadMicros.isDefined)
+      withFuture = spec.watermark.maxAheadMicros.isDefined,
+      name = KeyedStages.metricsName(InputPlan.InputMetrics, stage))
     // A value is the payload bytes (plus the key columns, which Spark's value encoder must
     // cover), so the encoders copy one array per partial instead of converting every field to a
     // Row and back. (A key hash leading the grouping, to make the sort's prefix decide, cost
     // more in state store lookups out of key order than it saved: benchmarks/results/profile.md.)
     val tracked =
-      if (spec.watermark.policy.usesGlobalWatermark) GlobalWatermark.track(valid, spec.watermark.lateness.text)
-      else valid
-    val grouped = tracked.select(tracked.col(PartialAggregation.Payload) +: keys: _*)
-    Prepared(input, projected, grouped, operatorPlan, timeMode(spec.watermark))
+      if (!policy.usesGlobalWatermark) valid
+      else GlobalWatermark.followOrTrack(valid, spec.watermark, upstream)
+    val grouped = tracked.select(tracked.col(PartialColumns.Payload) +: keys: _*)
+    Prepared(input, projected, grouped, operatorPlan, timeMode(policy), stage)
   }
 
   /**
@@ -94,35 +108,62 @@ private[keyedwatermarks] object KeyedPlanner {
    * watermark is tracked on the partials, in [[prepare]]: see [[GlobalWatermark]].)
    */
   def resolveInput(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): InputPlan = {
-    val w = spec.watermark
-    w.validate(events, streaming)
-    spec.windows.validate(events)
+    val input = SpecChecks.watermark(spec.watermark, events, streaming)
+    SpecChecks.windows(spec.windows, events)
     requireRocksDb(events)
-    InputPlan.validate(events, w.keys, w.eventTime, streaming)
+    input
   }
 
   /** Spark's batch aggregation of the same query: its analyzed plan and its result schema. */
   final case class Reference(frame: DataFrame) {
     lazy val analyzed = SparkInternals.analyzedPlan(frame)
     def schema = frame.schema
+
+    /**
+     * The result's columns: the reference's, without the metadata that describes the
+     * reference's own columns rather than the stage's output:
+     *  - Spark's event-time watermark marker: with a `withWatermark` upstream, Spark's groupBy
+     *    marks the window column as event time; the stage's output carries no watermark
+     *    (docs/semantics.md, "Keyed stages in a pipeline"), and the marker would make Spark take
+     *    it for one downstream;
+     *  - the input Dataset's id and column position (classic Dataset.col tags its columns so
+     *    that Spark can tell the sides of a self-join apart): on the output's new columns they
+     *    would point at the input Dataset, which Spark's ambiguous-self-join check rejects in a
+     *    plan with a join (see [[reference]]).
+     */
+    def resultSchema: StructType = StructType(schema.fields.map { f =>
+      val stale = Reference.InputMetadata.filter(f.metadata.contains)
+      if (stale.isEmpty) f
+      else f.copy(metadata = stale.foldLeft(new MetadataBuilder().withMetadata(f.metadata))(_.remove(_)).build())
+    })
+  }
+
+  object Reference {
+    /** EventTimeWatermark.delayKey, and classic Dataset's DATASET_ID_KEY and COL_POS_KEY. */
+    val InputMetadata: Seq[String] = Seq(EventTimeWatermark.delayKey, "__dataset_id", "__col_position")
   }
 
   def reference(input: InputPlan, spec: KeyedQuerySpec): Reference = {
     val aggs = spec.aggregation.aggregates
     // Spark resolves and type-checks the aggregates exactly as for a batch groupBy; a
     // non-aggregate expression fails here with Spark's own AnalysisException.
-    val ref = Reference(input.events.groupBy(input.keyColumns :+ windowColumn(input, spec.windows): _*)
+    // The window over the event time by name, not by `events.col`: Spark's window rewrite
+    // (TimeWindowing) keeps the Dataset.col tag on the `window` column it creates, which Spark's
+    // ambiguous-self-join check then rejects whenever the input has a join ("Column window#N are
+    // ambiguous", a stream-static join before the stage).
+    val eventTime = F.col(spec.watermark.eventTime)
+    val ref = Reference(input.events.groupBy(input.keyColumns :+ windowColumn(eventTime, spec.windows): _*)
         .agg(aggs.head, aggs.tail: _*))
     OutputNames.check(ref.schema, input.keys.size, spec)
     ref
   }
 
   /** The window column of the reference aggregation (its name and type are the result's). */
-  private def windowColumn(input: InputPlan, windows: WindowSpec): Column = windows match {
-    case Tumbling(size, _) => F.window(input.eventTimeColumn, size.text)
-    case Sliding(size, slide, _) => F.window(input.eventTimeColumn, size.text, slide.text)
-    case Sessions(FixedGap(gap), _) => F.session_window(input.eventTimeColumn, gap.text)
-    case Sessions(ColumnGap(gap), _) => F.session_window(input.eventTimeColumn, gap)
+  private def windowColumn(eventTime: Column, windows: WindowSpec): Column = windows match {
+    case Tumbling(size, _) => F.window(eventTime, size.text)
+    case Sliding(size, slide, _) => F.window(eventTime, size.text, slide.text)
+    case Sessions(FixedGap(gap), _) => F.session_window(eventTime, gap.text)
+    case Sessions(ColumnGap(gap), _) => F.session_window(eventTime, gap)
   }
 
   /** Per-row session end, when the gap is per row (a column, or days on the calendar). */
@@ -158,9 +199,9 @@ private[keyedwatermarks] object KeyedPlanner {
     val source = w.sources.map(_.column.cast("string"))
     val lateness = latenessColumn(input, w.keyLateness)
     val policyColumns =
-      lateness.map(c => F.coalesce(c, F.lit(w.lateness.micros)).as(PartialAggregation.Lateness)).toSeq ++
-        source.map(_.as(PartialAggregation.Source)).toSeq ++
-        sessionEnd.map(_.as(PartialAggregation.RowSessionEnd)).toSeq
+      lateness.map(c => F.coalesce(c, F.lit(w.lateness.micros)).as(PartialColumns.Lateness)).toSeq ++
+        source.map(_.as(PartialColumns.Source)).toSeq ++
+        sessionEnd.map(_.as(PartialColumns.RowSessionEnd)).toSeq
     ProjectedInput(input, aggregateInputs, spec.aggregation.keepLateRows, policyColumns, source, sessionEnd,
       lateness, w.maxAheadMicros)
   }
@@ -171,9 +212,9 @@ private[keyedwatermarks] object KeyedPlanner {
    * mode gives us Spark's global watermark (max_skew, closing='global'); it drops no rows here
    * because no column of the partials carries watermark metadata.
    */
-  private def timeMode(w: WatermarkSpec): TimeMode =
-    if (w.policy.usesProcessingTimers) TimeMode.ProcessingTime()
-    else if (w.policy.usesGlobalWatermark) TimeMode.EventTime()
+  private def timeMode(policy: WatermarkPolicy): TimeMode =
+    if (policy.usesProcessingTimers) TimeMode.ProcessingTime()
+    else if (policy.usesGlobalWatermark) TimeMode.EventTime()
     else TimeMode.None()
 
   /**
@@ -195,13 +236,15 @@ private[keyedwatermarks] object KeyedPlanner {
    * with the per-key metrics (keys in state, released, watermark lag) from the operator's "key"
    * rows, which only feed the metrics and are dropped here.
    */
-  def observed(all: DataFrame, stuckAfterMicros: Long): DataFrame = {
+  def observed(all: DataFrame, stuckAfterMicros: Long, name: String = OutputMetrics): DataFrame = {
     val metrics = Seq(
       F.coalesce(F.sum(all.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
-      F.count(F.when(all.col(WindowEmitter.KindColumn) === "watermark", 1)).as("keys_with_held_watermark")) ++
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Watermark, 1)).as(
+        "keys_with_held_watermark")) ++
       KeyMetrics.columns(all, stuckAfterMicros)
-    val withMetrics = all.observe(OutputMetrics,
-      F.count(F.when(all.col(WindowEmitter.KindColumn) === "window", 1)).as("windows_emitted"), metrics: _*)
+    val withMetrics = all.observe(name,
+      F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Window, 1)).as("windows_emitted"),
+      metrics: _*)
     withMetrics.where(withMetrics.col(WindowEmitter.KindColumn) =!= WindowEmitter.KeyKindValue)
       .drop(WindowEmitter.KeyMetricsColumn)
   }

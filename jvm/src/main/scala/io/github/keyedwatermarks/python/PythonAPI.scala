@@ -4,7 +4,7 @@ import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.{Column, DataFrame}
 
-import io.github.keyedwatermarks.planner.KeyedPlanner
+import io.github.keyedwatermarks.planner.{KeyedPlanner, SpecChecks}
 import io.github.keyedwatermarks.spec.QueryOptions
 
 /**
@@ -17,11 +17,11 @@ object PythonAPI {
 
   /** Checks the watermark options against `events` (`kw.keyed_watermark(...)` fails early). */
   def validateWatermark(events: DataFrame, options: String, columns: java.util.Map[String, Column]): Unit =
-    QueryOptions.watermark(options, columns).validate(events)
+    SpecChecks.watermark(QueryOptions.watermark(options, columns), events)
 
   /** Checks the window options (`.window(...)`, `.session(...)` fail early). */
   def validateWindows(events: DataFrame, options: String, columns: java.util.Map[String, Column]): Unit =
-    QueryOptions.windows(options, columns).validate(events)
+    SpecChecks.windows(QueryOptions.windows(options, columns), events)
 
   /** The streaming result (`.agg(...)`, or the report stream with "report": true). */
   def plan(

@@ -1,6 +1,9 @@
 package io.github.keyedwatermarks.spec
 
-import io.github.keyedwatermarks.compat.SparkInternals
+import java.util.concurrent.TimeUnit
+
+import org.apache.spark.sql.catalyst.util.IntervalUtils
+import org.apache.spark.unsafe.types.UTF8String
 
 /**
  * A duration option as the user wrote it (a Spark duration string such as "10 seconds") and
@@ -13,19 +16,38 @@ final case class DurationOption(option: String, text: String, micros: Long) {
 
 object DurationOption {
   def apply(option: String, text: String): DurationOption =
-    DurationOption(option, text, SparkInternals.durationMicros(option, text))
+    DurationOption(option, text, micros(option, text))
 
   def nonNegative(option: String, text: String): DurationOption = {
     val d = DurationOption(option, text)
-    if (d.micros < 0) fail(s"$option: must not be negative, got '$text'")
+    if (d.micros < 0) OptionError(s"$option: must not be negative, got '$text'")
     d
   }
 
   def positive(option: String, text: String): DurationOption = {
     val d = DurationOption(option, text)
-    if (d.micros <= 0) fail(s"$option: must be positive, got '$text'")
+    if (d.micros <= 0) OptionError(s"$option: must be positive, got '$text'")
     d
   }
 
-  private[spec] def fail(message: String): Nothing = throw new IllegalArgumentException(message)
+  /**
+   * Parses a Spark duration string ("10 seconds", "1 minute 30 seconds", "500 milliseconds")
+   * with Spark's own interval parser, as `F.window` does. Month-based units are rejected
+   * because their length in microseconds is not fixed.
+   */
+  def micros(option: String, text: String): Long = {
+    if (text == null || text.trim.isEmpty) OptionError(s"$option: a duration is required, e.g. '10 seconds'")
+    val interval =
+      try IntervalUtils.stringToInterval(UTF8String.fromString(text))
+      catch {
+        case e: Exception =>
+          OptionError(s"$option: '$text' is not a valid duration (use e.g. '10 seconds', '1 minute'): ${e.getMessage}")
+      }
+    if (interval.months != 0)
+      OptionError(s"$option: '$text' uses months or years, which have no fixed length; use days or smaller units")
+    IntervalUtils.getDuration(interval, TimeUnit.MICROSECONDS, 31)
+  }
+
+  /** The days field of a duration string ("1 day 2 hours" -> 1), already validated by [[micros]]. */
+  private[spec] def days(text: String): Int = IntervalUtils.stringToInterval(UTF8String.fromString(text)).days
 }

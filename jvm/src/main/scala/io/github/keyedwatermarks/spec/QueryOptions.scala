@@ -22,7 +22,7 @@ object QueryOptions {
 
   private val WatermarkOptions = Set("key", "event_time", "lateness", "idle_timeout", "key_lateness",
     "adaptive_lateness", "clock", "advance_when_idle", "max_skew", "closing", "sources", "source_idle_timeout",
-    "max_ahead", "stuck_after")
+    "max_ahead", "stuck_after", "name")
   private val QueryLevel = WatermarkOptions ++ Set("window", "session", "report", "keep_late_rows")
   private val ColumnOptions = Set("key_lateness", "source", "gap")
 
@@ -53,10 +53,10 @@ object QueryOptions {
     val adaptive = o.node("adaptive_lateness").map { a =>
       val sub = o.nested("adaptive_lateness", a, Set("quantile", "min", "max", "relative_error"))
       KeyLateness.Adaptive(
-        sub.double("quantile").getOrElse(0.99),
-        DurationOption("adaptive_lateness.min", sub.string("min").getOrElse("0 seconds")),
-        DurationOption("adaptive_lateness.max", sub.string("max").getOrElse("1 hour")),
-        sub.double("relative_error").getOrElse(0.01))
+        sub.double("quantile").getOrElse(KeyLateness.Adaptive.DefaultQuantile),
+        DurationOption("adaptive_lateness.min", sub.string("min").getOrElse(KeyLateness.Adaptive.DefaultMin)),
+        DurationOption("adaptive_lateness.max", sub.string("max").getOrElse(KeyLateness.Adaptive.DefaultMax)),
+        sub.double("relative_error").getOrElse(KeyLateness.Adaptive.DefaultRelativeError))
     }
     val byColumn = o.column("key_lateness").map(KeyLateness.ByColumn)
     val keyLateness = Seq(byColumn, mapping, adaptive).flatten match {
@@ -87,7 +87,8 @@ object QueryOptions {
           o.string("source_idle_timeout").map(DurationOption.positive("source_idle_timeout", _)))),
       maxAheadMicros = o.string("max_ahead").fold(Option(WatermarkSpec.DefaultMaxAheadMicros))(WatermarkSpec.maxAhead),
       stuckAfterMicros = o.string("stuck_after").map(DurationOption.nonNegative("stuck_after", _).micros)
-        .getOrElse(WatermarkSpec.DefaultStuckAfterMicros))
+        .getOrElse(WatermarkSpec.DefaultStuckAfterMicros),
+      stageName = o.string("name"))
   }
 
   private def windows(o: Options): WindowSpec = (o.node("window"), o.node("session")) match {
@@ -123,7 +124,7 @@ object QueryOptions {
       if (!ColumnOptions.contains(name)) fail(s"$name: unknown column option; known: ${ColumnOptions.mkString(", ")}")
     }
 
-    def fail(message: String): Nothing = DurationOption.fail(message)
+    def fail(message: String): Nothing = OptionError(message)
 
     def node(name: String): Option[JsonNode] = Option(root.get(name)).filterNot(_.isNull)
     def column(name: String): Option[Column] = columns.get(name).filter(_ != null)
@@ -157,9 +158,9 @@ object QueryOptions {
     val node =
       try mapper.readTree(Option(json).getOrElse("{}"))
       catch {
-        case e: Exception => DurationOption.fail(s"options: not a JSON object: ${e.getMessage}")
+        case e: Exception => OptionError(s"options: not a JSON object: ${e.getMessage}")
       }
-    if (node == null || !node.isObject) DurationOption.fail(s"options: expected a JSON object, got $json")
+    if (node == null || !node.isObject) OptionError(s"options: expected a JSON object, got $json")
     node
   }
 }

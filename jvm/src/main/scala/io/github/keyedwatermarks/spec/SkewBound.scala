@@ -2,7 +2,7 @@ package io.github.keyedwatermarks.spec
 
 /**
  * max_skew as chosen: how far a key's watermark may trail Spark's global watermark
- * (docs/semantics.md, "Bounded skew"); [[WatermarkSpec.policy]] turns it into a
+ * (docs/semantics.md, "Bounded skew"); planner.WatermarkPolicies turns it into a
  * watermark.SkewFloor, or none.
  */
 sealed trait SkewBound extends Serializable

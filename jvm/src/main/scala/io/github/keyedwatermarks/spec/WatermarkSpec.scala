@@ -1,20 +1,13 @@
 package io.github.keyedwatermarks.spec
 
-import org.apache.spark.sql.{Column, DataFrame}
-
-import io.github.keyedwatermarks.compat.SparkVersionCheck
-import io.github.keyedwatermarks.input.{DurationColumn, InputPlan}
-import io.github.keyedwatermarks.watermark.{
-  AdaptiveLateness, ColumnLateness, FixedLateness, GlobalWatermarkFloor, IdleAdvanceFloor, IdleRule, LatenessSource,
-  ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
-}
+import org.apache.spark.sql.Column
 
 /**
  * The per-key watermark part of a query, as the user chose it: keys, event time, lateness and
  * the policy options (docs/semantics.md, "Watermark policies"). Built by the Scala API
  * ([[io.github.keyedwatermarks.KeyedWatermarks]]) or from string options
  * ([[QueryOptions]]: Python, Spark Connect); every rule about which options combine lives in
- * [[validate]], once.
+ * [[validateCombination]] and, against the input, planner.SpecChecks.
  */
 final case class WatermarkSpec(
     keys: Seq[String],
@@ -28,45 +21,17 @@ final case class WatermarkSpec(
     globalClosing: Boolean = false,
     sources: Option[SourcesSpec] = None,
     maxAheadMicros: Option[Long] = Some(WatermarkSpec.DefaultMaxAheadMicros),
-    stuckAfterMicros: Long = WatermarkSpec.DefaultStuckAfterMicros) {
-
-  /**
-   * The engine's policy (what the operator reads on executors): the options as components, the
-   * default skew bound resolved (see [[WatermarkSpec.DefaultMaxSkewMicros]]). Call after
-   * [[validate]] (which rejects the combinations that cannot run in one Spark time mode).
-   */
-  def policy: WatermarkPolicy = {
-    val source = keyLateness.source
-    val proposal =
-      if (processingTimeClock || globalClosing) Proposal.ClockOnly
-      else sources.fold[Proposal](Proposal.OwnRows(source)) { s =>
-        Proposal.MinOfSources(source, SourcePolicy(s.expected.distinct, s.idleTimeout.map(_.millis)))
-      }
-    val skew = maxSkew match {
-      case SkewOf(micros) => Some(micros)
-      case Unbounded => None
-      // Processing-time policies bound state with their own timers (and cannot follow Spark's
-      // event-time watermark in the same query); closing='global' is Spark's watermark itself.
-      case DefaultSkew => if (followsWallClock || globalClosing) None else Some(WatermarkSpec.DefaultMaxSkewMicros)
-    }
-    val floors = Seq(
-      if (processingTimeClock) Some(ProcessingTimeFloor(lateness.micros)) else None,
-      if (globalClosing) Some(GlobalWatermarkFloor) else None,
-      skew.map(SkewFloor(_, lateness.micros)),
-      idleTimeout.filter(_ => advanceWhenIdle).map(t => IdleAdvanceFloor(t.millis))).flatten
-    val idle = idleTimeout.map { t =>
-      if (advanceWhenIdle) IdleRule.AdvanceWhenIdle(t.millis) else IdleRule.EmitWhenIdle(t.millis)
-    }
-    WatermarkPolicy(lateness.micros, proposal, floors, idle, maxAheadMicros, stuckAfterMicros)
-  }
+    stuckAfterMicros: Long = WatermarkSpec.DefaultStuckAfterMicros,
+    /** The stage's name in its metrics (default: see planner.KeyedStages.stageName). */
+    stageName: Option[String] = None) {
 
   /** The options that follow the wall clock (processing-time timers). */
-  private def followsWallClock: Boolean =
+  private[keyedwatermarks] def followsWallClock: Boolean =
     processingTimeClock || idleTimeout.isDefined || sources.exists(_.idleTimeout.isDefined)
 
   /** Rejects option combinations that cannot run in one Spark time mode, naming the options. */
-  private def validateCombination(): Unit = {
-    def fail(msg: String): Nothing = DurationOption.fail(msg)
+  private[keyedwatermarks] def validateCombination(): Unit = {
+    def fail(msg: String): Nothing = OptionError(msg)
     if (maxSkew.isInstanceOf[SkewOf] && followsWallClock) fail(
       "max_skew follows Spark's global event-time watermark and cannot be combined with " +
         "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers " +
@@ -79,29 +44,6 @@ final case class WatermarkSpec(
       "closing='global' uses Spark's one global watermark: per-key, adaptive lateness, sources and max_skew do not apply")
     if (processingTimeClock && (keyLateness != KeyLateness.Fixed || sources.isDefined)) fail(
       "clock='processing_time': the watermark follows the wall clock; per-key/adaptive lateness and sources do not apply")
-  }
-
-  /**
-   * Checks the options against `events` (columns exist, types fit) and against each other
-   * (`WatermarkPolicy.validate`), so that bad input fails before any query starts. Returns the
-   * input plan.
-   */
-  def validate(events: DataFrame, streaming: Boolean = true): InputPlan = {
-    // Every path (Scala API, py4j, Spark Connect) starts here: refuse a jar built for another Spark.
-    SparkVersionCheck.requireBuiltForRunningSpark()
-    def fail(msg: String): Nothing = DurationOption.fail(msg)
-    if (lateness.micros < 0) fail(s"lateness: must not be negative, got '${lateness.text}'")
-    val input = InputPlan.validate(events, keys, eventTime, streaming)
-    keyLateness match {
-      case KeyLateness.ByColumn(c) => DurationColumn.micros(events, c, "key_lateness")
-      case KeyLateness.ByKey(_) if keys.size != 1 =>
-        fail(
-          s"key_lateness: a mapping needs a single key column, got ${keys.mkString(", ")}; use a lateness column")
-      case KeyLateness.Fixed | KeyLateness.ByKey(_) | _: KeyLateness.Adaptive => ()
-    }
-    sources.foreach(s => events.select(s.column)) // an unknown column fails here (AnalysisException)
-    validateCombination()
-    input
   }
 }
 
@@ -130,34 +72,36 @@ object WatermarkSpec {
 }
 
 /** Where each key's lateness comes from: one choice, so two ways cannot be combined. */
-sealed trait KeyLateness {
-  def source: LatenessSource
-}
+sealed trait KeyLateness
 
 object KeyLateness {
   /** The query's `lateness` for every key. */
-  case object Fixed extends KeyLateness { def source: LatenessSource = FixedLateness }
+  case object Fixed extends KeyLateness
 
   /** A per-row duration column (null: the default lateness). */
-  final case class ByColumn(column: Column) extends KeyLateness { def source: LatenessSource = ColumnLateness }
+  final case class ByColumn(column: Column) extends KeyLateness
 
   /** A duration per key value (as a string); other keys use the default lateness. */
-  final case class ByKey(mapping: Map[String, DurationOption]) extends KeyLateness {
-    def source: LatenessSource = ColumnLateness
-  }
+  final case class ByKey(mapping: Map[String, DurationOption]) extends KeyLateness
 
   /** Learnt per key from its out-of-orderness (a quantile within [min, max]). */
   final case class Adaptive(quantile: Double, min: DurationOption, max: DurationOption, relativeError: Double)
       extends KeyLateness {
     if (!(quantile > 0 && quantile <= 1))
-      DurationOption.fail(s"adaptive_lateness.quantile: must be in (0, 1], got $quantile")
-    if (!(relativeError > 0 && relativeError < 1)) DurationOption.fail(
+      OptionError(s"adaptive_lateness.quantile: must be in (0, 1], got $quantile")
+    if (!(relativeError > 0 && relativeError < 1)) OptionError(
       s"adaptive_lateness.relative_error: must be in (0, 1), got $relativeError")
-    if (min.micros < 0) DurationOption.fail(s"${min.option}: must not be negative, got '${min.text}'")
-    if (max.micros < 0) DurationOption.fail(s"${max.option}: must not be negative, got '${max.text}'")
-    if (min.micros > max.micros) DurationOption.fail(
+    if (min.micros < 0) OptionError(s"${min.option}: must not be negative, got '${min.text}'")
+    if (max.micros < 0) OptionError(s"${max.option}: must not be negative, got '${max.text}'")
+    if (min.micros > max.micros) OptionError(
       s"${min.option} '${min.text}' is above ${max.option} '${max.text}'")
-    def source: LatenessSource = AdaptiveLateness(quantile, min.micros, max.micros, relativeError)
+  }
+
+  object Adaptive {
+    val DefaultQuantile = 0.99
+    val DefaultMin = "0 seconds"
+    val DefaultMax = "1 hour"
+    val DefaultRelativeError = 0.01
   }
 }
 

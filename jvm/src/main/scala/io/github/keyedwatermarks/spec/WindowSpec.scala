@@ -1,10 +1,6 @@
 package io.github.keyedwatermarks.spec
 
-import org.apache.spark.sql.{Column, DataFrame}
-
-import io.github.keyedwatermarks.compat.SparkInternals
-import io.github.keyedwatermarks.input.SessionGap
-import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner}
+import org.apache.spark.sql.Column
 
 /**
  * The windows of a query, as the user chose them. Aligned windows (tumbling, sliding) have
@@ -16,8 +12,8 @@ sealed trait WindowSpec {
   /** A window stays in state this much longer after it first fires (late firings, `revision`). */
   def allowedLateness: Option[DurationOption]
 
-  /** Checks the sizes (and a gap column's type against `events`) before any query starts. */
-  def validate(events: DataFrame): Unit
+  /** Checks the sizes before any query starts (a gap column's type: planner.SpecChecks). */
+  def validate(): Unit
 }
 
 object WindowSpec {
@@ -29,11 +25,11 @@ object WindowSpec {
   val MaxWindowsPerRow: Long = 1000L
 
   private[spec] def checkAllowed(allowed: Option[DurationOption]): Unit = allowed.foreach { a =>
-    if (a.micros < 0) DurationOption.fail(s"allowed_lateness: must not be negative, got '${a.text}'")
+    if (a.micros < 0) OptionError(s"allowed_lateness: must not be negative, got '${a.text}'")
   }
 
   private[spec] def checkSize(size: DurationOption): Unit =
-    if (size.micros <= 0) DurationOption.fail(s"window: size must be positive, got '${size.text}'")
+    if (size.micros <= 0) OptionError(s"window: size must be positive, got '${size.text}'")
 }
 
 /** Aligned windows: bounds of Spark's `window(ts, size[, slide])`. */
@@ -42,7 +38,7 @@ sealed trait AlignedWindows extends WindowSpec {
 }
 
 final case class Tumbling(size: DurationOption, allowedLateness: Option[DurationOption] = None) extends AlignedWindows {
-  def validate(events: DataFrame): Unit = {
+  def validate(): Unit = {
     WindowSpec.checkSize(size)
     WindowSpec.checkAllowed(allowedLateness)
   }
@@ -50,12 +46,12 @@ final case class Tumbling(size: DurationOption, allowedLateness: Option[Duration
 
 final case class Sliding(size: DurationOption, slide: DurationOption, allowedLateness: Option[DurationOption] = None)
     extends AlignedWindows {
-  def validate(events: DataFrame): Unit = {
+  def validate(): Unit = {
     WindowSpec.checkSize(size)
-    if (slide.micros <= 0 || slide.micros > size.micros) DurationOption.fail(
+    if (slide.micros <= 0 || slide.micros > size.micros) OptionError(
       s"slide: must be positive and at most the window size '${size.text}', got '${slide.text}'")
     val perRow = (size.micros + slide.micros - 1) / slide.micros
-    if (perRow > WindowSpec.MaxWindowsPerRow) DurationOption.fail(
+    if (perRow > WindowSpec.MaxWindowsPerRow) OptionError(
       s"slide: '${slide.text}' puts each row in $perRow windows of '${size.text}'; at most " +
         s"${WindowSpec.MaxWindowsPerRow} are supported (use a larger slide)")
     WindowSpec.checkAllowed(allowedLateness)
@@ -64,10 +60,10 @@ final case class Sliding(size: DurationOption, slide: DurationOption, allowedLat
 
 /** Session windows per key: a fixed gap or a per-row gap column (as `session_window` allows). */
 final case class Sessions(gap: SessionGapSpec, allowedLateness: Option[DurationOption] = None) extends WindowSpec {
-  def validate(events: DataFrame): Unit = {
+  def validate(): Unit = {
     gap match {
-      case FixedGap(g) => if (g.micros <= 0) DurationOption.fail(s"gap: must be positive, got '${g.text}'")
-      case ColumnGap(c) => SessionGap.checkType(events, c)
+      case FixedGap(g) => if (g.micros <= 0) OptionError(s"gap: must be positive, got '${g.text}'")
+      case ColumnGap(_) => () // its type is checked against the input (planner.SpecChecks)
     }
     WindowSpec.checkAllowed(allowedLateness)
   }
@@ -79,27 +75,16 @@ final case class FixedGap(gap: DurationOption) extends SessionGapSpec {
    * `session_window` adds days as calendar days in the session time zone (23 or 25 hours across
    * a daylight-saving change): such a gap is computed per row, as Spark does.
    */
-  def hasCalendarDays: Boolean = SparkInternals.durationDays(gap.text) != 0
+  def hasCalendarDays: Boolean = DurationOption.days(gap.text) != 0
 }
 final case class ColumnGap(gap: Column) extends SessionGapSpec
 
 /** The aggregation step: Spark aggregate columns, with or without report rows. */
 final case class AggregationSpec(aggregates: Seq[Column], withReport: Boolean = false, keepLateRows: Boolean = false) {
-  if (aggregates.isEmpty) DurationOption.fail("agg: at least one aggregate column is required")
+  if (aggregates.isEmpty) OptionError("agg: at least one aggregate column is required")
   if (keepLateRows && !withReport)
-    DurationOption.fail("keep_late_rows: needs agg_with_report (the report carries the rows)")
+    OptionError("keep_late_rows: needs agg_with_report (the report carries the rows)")
 }
 
 /** A whole keyed query: what Python and Spark Connect send, what the planner plans. */
 final case class KeyedQuerySpec(watermark: WatermarkSpec, windows: WindowSpec, aggregation: AggregationSpec)
-
-/** The engine's window assigner for a window spec (the exhaustive match the compiler checks). */
-private[keyedwatermarks] object Assigners {
-  def of(windows: WindowSpec): WindowAssigner = windows match {
-    case Tumbling(size, _) => TumblingWindows(size.micros)
-    case Sliding(size, slide, _) =>
-      if (slide.micros == size.micros) TumblingWindows(size.micros) else SlidingWindows(size.micros, slide.micros)
-    case Sessions(FixedGap(g), _) if !FixedGap(g).hasCalendarDays => SessionWindows(g.micros)
-    case Sessions(FixedGap(_) | ColumnGap(_), _) => SessionWindows(0L, dynamicGap = true)
-  }
-}

@@ -5,7 +5,8 @@ import org.apache.spark.sql.streaming.{MapState, StatefulProcessorHandle, TTLCon
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongType, StructField, StructType}
 
-import io.github.keyedwatermarks.compat.{QuantileSketch, UnsafeRowBytes}
+import io.github.keyedwatermarks.contract.Contract
+import io.github.keyedwatermarks.catalyst.{QuantileSketch, UnsafeRowBytes}
 import io.github.keyedwatermarks.watermark.{
   AdaptiveLateness, ColumnLateness, FixedLateness, HeldWatermark, KeyRecord, Proposal, WatermarkPolicy
 }
@@ -33,7 +34,7 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
   import KeyState._
 
   private val keyState: ValueState[Row] =
-    handle.getValueState("key_state", Encoders.row(keySchema), TTLConfig.NONE)
+    handle.getValueState(Contract.KeyStateVariable, Encoders.row(keySchema), TTLConfig.NONE)
 
   private val sketchState: Option[ValueState[Row]] = policy.proposal.lateness match {
     case Some(_: AdaptiveLateness) =>
@@ -143,7 +144,7 @@ private[keyedwatermarks] object KeyState {
   private val OpenWindowsOrdinal = WatermarkSchema.length
 
   /**
-   * The open windows are one BINARY value: rows of [[windowSchema]] (compat.UnsafeRowBytes),
+   * The open windows are one BINARY value: rows of [[windowSchema]] (catalyst.UnsafeRowBytes),
    * after fingerprints of that schema and of the window spec, which load() checks (Spark cannot
    * look inside).
    */

@@ -5,7 +5,7 @@ package io.github.keyedwatermarks.state
  * release resumes the state of every earlier release and refuses a newer release's, naming both.
  *
  * Recorded in each key's `open_windows` bytes, in the upper 32 bits of their schema fingerprint
- * (compat.UnsafeRowBytes.RowsCodec's stamp), so it costs no byte and no state variable. 0.1.0
+ * (catalyst.UnsafeRowBytes.RowsCodec's stamp), so it costs no byte and no state variable. 0.1.0
  * recorded none: its fingerprint is a 32-bit hash sign-extended, whose upper bits are all 0 or
  * all 1 ([[Unstamped]]); every later release writes its own.
  */

@@ -11,9 +11,9 @@ import org.apache.spark.unsafe.types.UTF8String
 import org.openjdk.jmh.annotations._
 import org.openjdk.jmh.infra.Blackhole
 
-import io.github.keyedwatermarks.compat.{CatalystAggregation, SparkInternals}
-import io.github.keyedwatermarks.compat.SparkInternals.RowConverter
-import io.github.keyedwatermarks.compat.UnsafeRowBytes
+import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
+import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
+import io.github.keyedwatermarks.catalyst.UnsafeRowBytes
 import io.github.keyedwatermarks.emission.WindowEmitter
 
 /** One local SparkSession per benchmark JVM, only to analyze `groupBy(device, window).agg(...)`. */
@@ -52,7 +52,7 @@ object BenchSpark {
 }
 
 /**
- * Catalyst aggregation buffers (compat.CatalystAggregation), built exactly as the operator
+ * Catalyst aggregation buffers (catalyst.CatalystAggregation), built exactly as the operator
  * builds them from the analyzed plan of `events.groupBy(device, window(ts, 10 s)).agg(...)`.
  * Scores are per row (update), per partial (merge) or per (key, window) (the others).
  */

@@ -40,8 +40,14 @@ final class ManualClockQuery(df: DataFrame, val checkpoint: String, startMillis:
 
   awaitWaiting()
 
-  /** Advances the clock by one trigger interval and waits until the trigger it starts is done. */
+  private var rowsBeforeStep = 0
+
+  /**
+   * Advances the clock by one trigger interval and waits until the trigger it starts (one
+   * micro-batch, with or without data) is done.
+   */
   def step(): Unit = {
+    rowsBeforeStep = sink.allData.size
     clock.advance(1000L)
     awaitWaiting()
   }
@@ -55,7 +61,11 @@ final class ManualClockQuery(df: DataFrame, val checkpoint: String, startMillis:
     }
   }
 
+  /** Every row the query wrote so far. */
   def rows: Seq[Row] = sink.allData
+
+  /** The rows the micro-batch of the last [[step]] wrote. */
+  def newRows: Seq[Row] = sink.allData.drop(rowsBeforeStep)
 
   def stop(): Unit = query.stop()
 }

@@ -1,0 +1,191 @@
+package io.github.keyedwatermarks.partials
+
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.util.GenericArrayData
+import org.apache.spark.sql.execution.SparkPlan
+import org.apache.spark.sql.types.{ArrayType, DataType, LongType, StringType, StructType}
+
+import io.github.keyedwatermarks.catalyst.{CatalystAggregation, UnsafeRowBytes}
+import io.github.keyedwatermarks.input.{InvalidRows, ProjectedInput}
+import io.github.keyedwatermarks.window.WindowAssigner
+
+/**
+ * The partial aggregation held on the JVM heap ([[OnHeapPartials]]), for payloads Spark's
+ * HashAggregateExec cannot hold (see [[KeyedPartialAggregate.sparkHashAggregate]]).
+ */
+private[keyedwatermarks] case class KeyedPartialAggregateExec(
+    keys: Seq[Attribute],
+    eventTime: Attribute,
+    keptRow: Option[Attribute],
+    policy: PolicyColumns,
+    windows: WindowAssigner,
+    aggregation: CatalystAggregation,
+    inputs: Seq[Attribute],
+    payload: StructType,
+    output: Seq[Attribute],
+    child: SparkPlan)
+    extends KeyedPartialNode {
+
+  override protected def withNewChildInternal(newChild: SparkPlan): KeyedPartialAggregateExec = copy(child = newChild)
+  override protected def path: String = "on-heap"
+
+  override protected def doExecute(): RDD[InternalRow] = {
+    val agg = aggregation
+    val assigner = windows
+    val childOutput = child.output
+    val in = inputs
+    val keyAttrs = keys
+    val ts = eventTime
+    val outAttrs = output
+    val payloadSchema = payload
+    val kept = keptRow
+    val policyCols = policy
+    val numPartials = longMetric("numPartials")
+    child.execute().mapPartitions { rows =>
+      val reorder: InternalRow => InternalRow =
+        if (childOutput.map(_.exprId) == in.map(_.exprId)) identity else UnsafeProjection.create(in, childOutput)
+      def ordinal(a: Option[Attribute]): Int = a.map(x => in.indexWhere(_.exprId == x.exprId)).getOrElse(-1)
+      val columns = PartialInputs(
+        keyCount = keyAttrs.size,
+        eventTime = ordinal(Some(ts)),
+        lateness = ordinal(policyCols.lateness),
+        sessionEnd = ordinal(policyCols.gap),
+        eventTimes = policyCols.eventTimes,
+        kept = ordinal(kept),
+        keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0),
+        stringKey =
+          if (keyAttrs.size == 1 && keyAttrs.head.dataType == StringType && policyCols.source.isEmpty) {
+            ordinal(keyAttrs.headOption)
+          } else -1,
+        // (keys..., window start[, source]): the source (min of inputs) is part of the grouping,
+        // because the operator needs each source's max.
+        groupKey =
+          (keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+
+            BoundReference(in.size, LongType, nullable = false)) ++
+            policyCols.source.map(s => BindReferences.bindReference[Expression](s, in)).toSeq)
+      val invalid = new InvalidRowCounter(in.indexWhere(_.name == ProjectedInput.InvalidReasonCode))
+      val out = new PartialOutput(payloadSchema, outAttrs, keyAttrs, agg, policyCols, kept.map(_.dataType))
+      val partials = new OnHeapPartials(agg, assigner, columns, invalid, out)
+      (partials.aggregate(rows.map(reorder)) ++ invalid.sentinels(agg, keyAttrs, policyCols, in, out))
+        .map { row => numPartials += 1; row }
+    }
+  }
+}
+
+/**
+ * Where a partition's input columns are (ordinals into the input row; -1 when absent), and
+ * the grouping key of a partial, bound to `JoinedRow(input row, window start)`.
+ */
+private[partials] final case class PartialInputs(
+    keyCount: Int,
+    eventTime: Int,
+    lateness: Int,
+    sessionEnd: Int,
+    eventTimes: Boolean,
+    kept: Int,
+    keptWidth: Int,
+    stringKey: Int,
+    groupKey: Seq[Expression]) {
+
+  /** A projection to the grouping key; its result is reused by the next call. */
+  def groupKeyProjection(): GroupKeyProjection = new GroupKeyProjection(groupKey)
+}
+
+/** (input row, window start) -> grouping key; a class, not a Function2, so the Long is not boxed per row. */
+private[partials] final class GroupKeyProjection(groupKey: Seq[Expression]) {
+  private val project = UnsafeProjection.create(groupKey)
+  private val start = new SpecificInternalRow(Seq(LongType))
+  private val joined = new JoinedRow
+
+  def apply(row: InternalRow, windowStart: Long): UnsafeRow = {
+    start.setLong(0, windowStart)
+    project(joined(row, start))
+  }
+}
+
+/** Counts the invalid rows of a partition per reason, keeping the first of each (its key labels the sentinel). */
+private final class InvalidRowCounter(reasonOrdinal: Int) {
+  val counts = new Array[Long](InvalidRows.Reasons.max + 1)
+  val first = new Array[InternalRow](InvalidRows.Reasons.max + 1)
+
+  /** True (and counted) if the row is invalid. */
+  def skip(row: InternalRow): Boolean = {
+    val reason = if (reasonOrdinal >= 0) row.getInt(reasonOrdinal) else InvalidRows.Valid
+    if (reason == InvalidRows.Valid) false
+    else {
+      if (counts(reason) == 0) first(reason) = row.copy()
+      counts(reason) += 1
+      true
+    }
+  }
+
+  /** One sentinel partial per reason that occurred (see input.InvalidRows), labelled with its first row's key. */
+  def sentinels(
+      agg: CatalystAggregation,
+      keyAttrs: Seq[Attribute],
+      policyCols: PolicyColumns,
+      in: Seq[Attribute],
+      out: PartialOutput): Iterator[InternalRow] =
+    InvalidRows.Reasons.iterator.filter(r => counts(r) > 0).map { r =>
+      val p = new Partial(agg.newBuffer(), InvalidRows.sentinelStart(r))
+      p.rows = counts(r)
+      // The sentinel's key (and source) columns, from its first row; a null source stays null.
+      val key = InternalRow.fromSeq(keyAttrs.indices.map(i => first(r).get(i, keyAttrs(i).dataType)) ++ Seq(0L) ++
+        policyCols.source.map(s => first(r).get(in.indexWhere(_.exprId == s.exprId), s.dataType)).toSeq)
+      out.generic(key, p.start, p)
+    }
+}
+
+/**
+ * Builds the output rows of the partial aggregation: payload bytes, window start, row count,
+ * max event time, keys. `keptType` is the type of a kept row, when rows are kept.
+ */
+private final class PartialOutput(
+    payloadSchema: StructType,
+    outAttrs: Seq[Attribute],
+    keyAttrs: Seq[Attribute],
+    agg: CatalystAggregation,
+    policyCols: PolicyColumns,
+    keptType: Option[DataType]) {
+  private val n = keyAttrs.size
+  private val keyTypes = keyAttrs.map(_.dataType).toArray
+  private val project = UnsafeProjection.create(
+    outAttrs.indices.map(i => BoundReference(i, outAttrs(i).dataType, outAttrs(i).nullable)))
+  private val outer = new SpecificInternalRow(outAttrs.map(_.dataType))
+  // Only for on-heap partials (the generic path and sentinels).
+  private lazy val projectPayload = UnsafeProjection.create(payloadSchema)
+  private lazy val meta = new SpecificInternalRow(Seq(LongType, LongType, LongType))
+  private lazy val policyPart = new SpecificInternalRow(
+    policyCols.lateness.map(_ => LongType).toSeq ++ policyCols.gap.map(_ => LongType).toSeq ++
+      (if (policyCols.eventTimes) Seq(ArrayType(LongType, containsNull = false)) else Nil) ++
+      policyCols.source.map(_.dataType).toSeq ++ keptType.toSeq)
+
+  /** The output row (reused by the next call) for a payload; `key` holds the key values first. */
+  def apply(key: InternalRow, start: Long, rows: Long, maxEventTime: Long, payload: Array[Byte]): InternalRow = {
+    outer.update(0, payload)
+    outer.setLong(1, start)
+    outer.setLong(2, rows)
+    outer.setLong(3, maxEventTime)
+    var i = 0
+    while (i < n) { outer.update(4 + i, key.get(i, keyTypes(i))); i += 1 }
+    project(outer)
+  }
+
+  /** The output row of an on-heap [[Partial]]; `key` holds the key values, window start, then the source. */
+  def generic(key: InternalRow, start: Long, p: Partial): InternalRow = {
+    meta.setLong(0, start)
+    meta.setLong(1, p.rows)
+    meta.setLong(2, p.maxEventTime)
+    var i = 0
+    if (policyCols.lateness.isDefined) { policyPart.setLong(i, p.maxLateness); i += 1 }
+    if (policyCols.gap.isDefined) { policyPart.setLong(i, p.maxEnd); i += 1 }
+    if (policyCols.eventTimes) { policyPart.update(i, new GenericArrayData(p.eventTimes.toArray[Any])); i += 1 }
+    policyCols.source.foreach { s => policyPart.update(i, key.get(n + 1, s.dataType)); i += 1 }
+    if (keptType.isDefined) policyPart.update(i, p.keptRows)
+    val payload = UnsafeRowBytes.bytes(
+      projectPayload(new JoinedRow(new JoinedRow(agg.toStored(p.buffer), meta), policyPart)))
+    apply(key, start, p.rows, p.maxEventTime, payload)
+  }
+}

@@ -1,0 +1,43 @@
+package io.github.keyedwatermarks.planner
+
+import org.apache.spark.sql.DataFrame
+
+import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, SessionGap}
+import io.github.keyedwatermarks.shims.SparkVersionCheck
+import io.github.keyedwatermarks.spec.{ColumnGap, FixedGap, KeyLateness, OptionError, Sessions, Sliding, Tumbling}
+import io.github.keyedwatermarks.spec.{WatermarkSpec, WindowSpec}
+
+/**
+ * Checks a spec against the input (columns exist, types fit) and its options against each
+ * other, so that bad input fails before any query starts. Every entry point (Scala API, py4j,
+ * Spark Connect) calls these, eagerly, and the planner once more.
+ */
+private[keyedwatermarks] object SpecChecks {
+
+  /** The watermark options against `events`; returns the validated input. */
+  def watermark(w: WatermarkSpec, events: DataFrame, streaming: Boolean = true): InputPlan = {
+    // Every path starts here: refuse a jar built for another Spark.
+    SparkVersionCheck.requireBuiltForRunningSpark()
+    if (w.lateness.micros < 0) OptionError(s"lateness: must not be negative, got '${w.lateness.text}'")
+    val input = InputPlan.validate(events, w.keys, w.eventTime, streaming)
+    w.keyLateness match {
+      case KeyLateness.ByColumn(c) => DurationColumn.micros(events, c, "key_lateness")
+      case KeyLateness.ByKey(_) if w.keys.size != 1 =>
+        OptionError(
+          s"key_lateness: a mapping needs a single key column, got ${w.keys.mkString(", ")}; use a lateness column")
+      case KeyLateness.Fixed | KeyLateness.ByKey(_) | _: KeyLateness.Adaptive => ()
+    }
+    w.sources.foreach(s => events.select(s.column)) // an unknown column fails here (AnalysisException)
+    w.validateCombination()
+    input
+  }
+
+  /** The window options (and a gap column's type against `events`). */
+  def windows(windows: WindowSpec, events: DataFrame): Unit = {
+    windows match {
+      case Sessions(ColumnGap(c), _) => SessionGap.checkType(events, c)
+      case _: Tumbling | _: Sliding | Sessions(FixedGap(_), _) => ()
+    }
+    windows.validate()
+  }
+}

@@ -1,0 +1,50 @@
+package io.github.keyedwatermarks.planner
+
+import io.github.keyedwatermarks.spec.{DefaultSkew, KeyLateness, SkewOf, Unbounded, WatermarkSpec}
+import io.github.keyedwatermarks.watermark.{
+  AdaptiveLateness, ColumnLateness, FixedLateness, GlobalWatermarkFloor, IdleAdvanceFloor, IdleRule, LatenessSource,
+  ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
+}
+
+/** The engine's watermark policy for a [[WatermarkSpec]] (what the operator reads on executors). */
+private[keyedwatermarks] object WatermarkPolicies {
+
+  /**
+   * The options as components, the default skew bound resolved (see
+   * [[WatermarkSpec.DefaultMaxSkewMicros]]). Call after [[SpecChecks.watermark]] (which rejects
+   * the combinations that cannot run in one Spark time mode).
+   */
+  def of(w: WatermarkSpec): WatermarkPolicy = {
+    val source = latenessSource(w.keyLateness)
+    val proposal =
+      if (w.processingTimeClock || w.globalClosing) Proposal.ClockOnly
+      else w.sources.fold[Proposal](Proposal.OwnRows(source)) { s =>
+        Proposal.MinOfSources(source, SourcePolicy(s.expected.distinct, s.idleTimeout.map(_.millis)))
+      }
+    val skew = w.maxSkew match {
+      case SkewOf(micros) => Some(micros)
+      case Unbounded => None
+      // Processing-time policies bound state with their own timers (and cannot follow Spark's
+      // event-time watermark in the same query); closing='global' is Spark's watermark itself.
+      case DefaultSkew =>
+        if (w.followsWallClock || w.globalClosing) None else Some(WatermarkSpec.DefaultMaxSkewMicros)
+    }
+    val floors = Seq(
+      if (w.processingTimeClock) Some(ProcessingTimeFloor(w.lateness.micros)) else None,
+      if (w.globalClosing) Some(GlobalWatermarkFloor) else None,
+      skew.map(SkewFloor(_, w.lateness.micros)),
+      w.idleTimeout.filter(_ => w.advanceWhenIdle).map(t => IdleAdvanceFloor(t.millis))).flatten
+    val idle = w.idleTimeout.map { t =>
+      if (w.advanceWhenIdle) IdleRule.AdvanceWhenIdle(t.millis) else IdleRule.EmitWhenIdle(t.millis)
+    }
+    WatermarkPolicy(w.lateness.micros, proposal, floors, idle, w.maxAheadMicros, w.stuckAfterMicros)
+  }
+
+  /** Where each key's lateness comes from. */
+  def latenessSource(keyLateness: KeyLateness): LatenessSource = keyLateness match {
+    case KeyLateness.Fixed => FixedLateness
+    case KeyLateness.ByColumn(_) | KeyLateness.ByKey(_) => ColumnLateness
+    case KeyLateness.Adaptive(quantile, min, max, relativeError) =>
+      AdaptiveLateness(quantile, min.micros, max.micros, relativeError)
+  }
+}
