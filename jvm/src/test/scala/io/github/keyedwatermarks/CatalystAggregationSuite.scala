@@ -74,7 +74,7 @@ class CatalystAggregationSuite extends SparkSuite {
     val e = intercept[IllegalArgumentException](CatalystAggregation.fromAnalyzedAggregate(
         SparkInternals.analyzedPlan(reference), SparkInternals.output(df)))
     assert(e.getMessage.matches(
-      "^agg: DISTINCT aggregates are not supported yet: count\\(DISTINCT temp\\); use approx_count_distinct$"),
+        "^agg: DISTINCT aggregates are not supported yet: count\\(DISTINCT temp\\); use approx_count_distinct$"),
       e.getMessage)
   }
 }
