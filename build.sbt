@@ -114,7 +114,13 @@ def sparkProject(line: SparkLine): Project = {
       Test / fork := true,
       Test / javaOptions ++= sparkJavaOptions,
       Test / parallelExecution := false,
-      Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
+      Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD"),
+      // The release, read by state.StateRelease (stamped into the state it writes).
+      Compile / resourceGenerators += Def.task {
+        val f = (Compile / resourceManaged).value / "io" / "github" / "keyedwatermarks" / "release"
+        IO.write(f, version.value + "\n")
+        Seq(f)
+      }.taskValue
     )
 }
 

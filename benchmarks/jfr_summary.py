@@ -61,11 +61,10 @@ AREAS: List[Tuple[str, Tuple[str, ...]]] = [
     ("ours: operator (KeyedWindowProcessor, emitter, KeyState)", (
         "io.github.keyedwatermarks.operator.", "io.github.keyedwatermarks.emission.",
         "io.github.keyedwatermarks.state.", "io.github.keyedwatermarks.watermark.")),
-    ("ours: aggregate buffers (CatalystAggregation)", ("io.github.keyedwatermarks.compat.CatalystAggregation",)),
+    ("ours: aggregate buffers (CatalystAggregation)", ("io.github.keyedwatermarks.catalyst.CatalystAggregation",)),
     ("ours: partial aggregation (KeyedPartialAggregateExec)", (
-        "io.github.keyedwatermarks.compat.KeyedPartialAggregate", "io.github.keyedwatermarks.compat.Partial",
-        "io.github.keyedwatermarks.compat.PartialPayloadExec", "io.github.keyedwatermarks.compat.OnHeapPartials",
-        "io.github.keyedwatermarks.compat.InvalidRowCounter", "io.github.keyedwatermarks.window.")),
+        "io.github.keyedwatermarks.partials.",
+        "io.github.keyedwatermarks.window.")),
     ("transformWithState operator (TransformWithStateExec)", ("TransformWithStateExec", "TransformWithState")),
     # Spark's hash aggregation: native's, and ours for fixed-width payloads (HashAggregatePartials).
     ("hash aggregation (native; ours: fixed-width payloads)", ("UnsafeFixedWidthAggregationMap", "BytesToBytesMap", "HashAggregateExec",

@@ -3,7 +3,7 @@
 A streaming query turns ``current_timestamp()`` into the batch's timestamp as a literal, and
 whole-stage code generation writes primitive literals into the Java source. The ``max_ahead``
 check (on by default) compares every row with the batch's processing time, so before
-``compat.BatchConstant`` every micro-batch had new source and Janino compiled about five
+``catalyst.BatchConstant`` every micro-batch had new source and Janino compiled about five
 classes per batch (22% of the CPU with 10k-row batches, benchmarks/results/profile.md). Spark
 counts its compilations in ``CodegenMetrics``; a second, identical query must find all its code
 in Spark's cache, while ``max_ahead`` still applies per batch."""

@@ -36,6 +36,12 @@ def test_quick_demo_tells_the_story(spark, tmp_path):
     glob, keyed = metrics["methods"]["global"], metrics["methods"]["keyed"]
     _check_watermark_panel(demo, metrics)
 
+    # The fleet rollup (device -> site -> fleet, three keyed stages in one query) counts more of
+    # the fleet's events than Spark's global watermark, in the fleet minutes both emitted.
+    rollup = metrics["rollup"]
+    assert rollup["fleet_windows_compared"] >= 1
+    assert rollup["rollup"]["pct_events_counted"] > rollup["global"]["pct_events_counted"]
+
     # Ours: ~every event of the windows it closed is counted, for every class of device.
     assert keyed["pct_events_counted_closed"] >= 99.0
     for cls in ("fast", "slow", "uploader"):

@@ -2,7 +2,9 @@
 
 >>> from pyspark.sql import SparkSession, functions as F
 >>> import keyed_watermarks as kw
->>> spark = kw.configure(SparkSession.builder.master("local[2]")).getOrCreate()  # doctest: +SKIP
+>>> spark = kw.configure(SparkSession.builder.master("local[2]")).getOrCreate()
+>>> kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds")  # doctest: +ELLIPSIS
+<keyed_watermarks.keyed.KeyedWatermark object at ...>
 """
 
 # An unsupported pyspark is refused here, before anything imports its modules or starts.
@@ -14,12 +16,14 @@ from keyed_watermarks._jvm import configure, jar_path  # noqa: E402
 from keyed_watermarks.keyed import AdaptiveLateness, KeyedWatermark, KeyedWindow, keyed_watermark  # noqa: E402
 from keyed_watermarks.metrics import metrics  # noqa: E402
 from keyed_watermarks.report import foreach_batch, split_report  # noqa: E402
+from keyed_watermarks.rollup import rollup  # noqa: E402
 from keyed_watermarks.state import read_key_state  # noqa: E402
 
 __all__ = [
     "configure",
     "jar_path",
     "keyed_watermark",
+    "rollup",
     "AdaptiveLateness",
     "KeyedWatermark",
     "KeyedWindow",

@@ -22,6 +22,8 @@ REPORT_KINDS = ("window", "late", "late_row", "invalid_row", "watermark")
 #: The observed-metrics groups in a query's progress.
 INPUT_METRICS = "keyed_watermarks_input"
 OUTPUT_METRICS = "keyed_watermarks_output"
+#: Between a group's name and a named keyed stage's name: ``keyed_watermarks_input.site``.
+STAGE_SEPARATOR = "."
 
 #: The per-key state variable and the fields of its record that ``read_key_state`` reads;
 #: ``STATE_UNDEFINED`` (Long.MinValue) means undefined / none.
@@ -57,6 +59,7 @@ def as_dict() -> dict:
         "report_kinds": list(REPORT_KINDS),
         "input_metrics": INPUT_METRICS,
         "output_metrics": OUTPUT_METRICS,
+        "stage_separator": STAGE_SEPARATOR,
         "key_state_variable": KEY_STATE_VARIABLE,
         "key_state_fields": list(KEY_STATE_FIELDS),
         "state_undefined": STATE_UNDEFINED,

@@ -25,6 +25,14 @@ def jar_path(spark_version: Optional[str] = None) -> str:
     when a SparkContext is active (attached to an existing session), else the installed
     ``pyspark.__version__``. Unsupported versions fail with a PySparkRuntimeError naming the
     supported ones.
+
+    >>> import os
+    >>> os.path.basename(kw.jar_path("4.0.2")).startswith("keyed-watermarks-spark4.0_2.13-")
+    True
+    >>> kw.jar_path("3.5.1")
+    Traceback (most recent call last):
+        ...
+    pyspark.errors.exceptions.base.PySparkRuntimeError: ...
     """
     if spark_version is None:
         spark_version = _versions.running_spark_version() or pyspark.__version__
@@ -71,7 +79,9 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
 
     >>> from pyspark.sql import SparkSession
     >>> import keyed_watermarks as kw
-    >>> spark = kw.configure(SparkSession.builder.master("local[2]")).getOrCreate()  # doctest: +SKIP
+    >>> spark = kw.configure(SparkSession.builder.master("local[2]")).getOrCreate()
+    >>> spark.conf.get("spark.sql.streaming.stateStore.providerClass")
+    'org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider'
     """
     if not isinstance(builder, SparkSession.Builder):
         raise PySparkTypeError(

@@ -59,10 +59,11 @@ class AdaptiveLateness:
     clamped to ``[min, max]``. The watermark never moves backward: a learnt lateness that
     would move it back is held and counted.
 
-    >>> kw.keyed_watermark(events, key="device", event_time="ts", lateness="30 seconds",
-    ...                    adaptive_lateness=kw.AdaptiveLateness(0.99, min="1 second",
-    ...                                                          max="10 minutes"))
-    ... # doctest: +SKIP
+    >>> wm = kw.keyed_watermark(events, key="device", event_time="ts", lateness="30 seconds",
+    ...                         adaptive_lateness=kw.AdaptiveLateness(0.99, min="1 second",
+    ...                                                               max="10 minutes"))
+    >>> wm.window("1 minute").agg(F.count("*").alias("n")).columns
+    ['device', 'window', 'n']
     """
 
     quantile: float = _contract.ADAPTIVE_QUANTILE
@@ -101,7 +102,10 @@ class KeyedWindow:
         ...                                  lateness="5 seconds")
         ...               .window("10 seconds")
         ...               .agg(F.count("*").alias("n"), F.avg("temp").alias("avg_temp")))
-        ... # doctest: +SKIP
+        >>> per_device.columns
+        ['device', 'window', 'n', 'avg_temp']
+        >>> per_device.isStreaming
+        True
         """
         return self._plan(cols, report=False)
 
@@ -110,7 +114,9 @@ class KeyedWindow:
 
         Adds ``kw_kind`` (``'window'`` for a result row, ``'late'`` for a per-key, per-batch
         count of late rows that were left out), ``kw_late_rows`` and ``kw_watermark`` (the
-        key's watermark at the start of the micro-batch).
+        key's watermark at the start of the micro-batch), and ``kw_regressions``: a
+        ``'watermark'`` row counts the policy values that would have moved a key's watermark
+        back, which are held instead (see docs/semantics.md, "Watermark policies").
 
         With ``keep_late_rows=True`` every late row is emitted too, as a ``'late_row'`` row
         with ``kw_late_row`` (a struct of the input's original columns) and ``kw_reason``.
@@ -121,10 +127,17 @@ class KeyedWindow:
         ...                              lateness="5 seconds")
         ...           .window("10 seconds")
         ...           .agg_with_report(F.count("*").alias("n"), keep_late_rows=True))
-        >>> query = report.writeStream.foreachBatch(kw.foreach_batch(
-        ...     results=lambda df, batch_id: df.write.mode("append").parquet(results_path),
-        ...     late_rows=lambda df, batch_id: df.write.mode("append").parquet(dead_letter_path),
-        ... )).start()  # doctest: +SKIP
+        >>> report.columns
+        ['device', 'window', 'n', 'kw_kind', 'kw_late_rows', 'kw_watermark', 'kw_regressions',
+         'kw_late_row', 'kw_reason']
+        >>> writer = kw.foreach_batch(
+        ...     results=lambda df, batch_id: df.write.mode("append").parquet("out/results"),
+        ...     late_rows=lambda df, batch_id: df.write.mode("append").parquet("out/dead_letter"))
+        >>> query_builder = (report.writeStream.foreachBatch(writer)
+        ...                  .option("checkpointLocation", "out/checkpoint"))
+
+        ``query_builder.start()`` starts it; a whole run, with its late and invalid rows in a
+        dead-letter table: docs/guide/late-rows.md.
         """
         return self._plan(cols, report=True, keep_late_rows=_bool("keep_late_rows", keep_late_rows))
 
@@ -174,6 +187,13 @@ class KeyedWatermark:
         watermark passes its end: a row arriving meanwhile updates the window, which is
         emitted again as a new revision. The result then has an extra ``revision`` column
         (0 for the first firing); the last revision of a window is its final value.
+
+        >>> sliding = (kw.keyed_watermark(events, key="device", event_time="ts",
+        ...                               lateness="5 seconds")
+        ...            .window("10 seconds", slide="5 seconds", allowed_lateness="1 minute")
+        ...            .agg(F.count("*").alias("n")))
+        >>> sliding.columns
+        ['device', 'window', 'n', 'revision']
         """
         window = _drop_none(
             {
@@ -212,7 +232,9 @@ class KeyedWatermark:
         ...                                lateness="10 seconds")
         ...             .session(F.when(F.col("kind") == "batch", "10 minutes")
         ...                       .otherwise("30 seconds"))
-        ...             .agg(F.count("*").alias("n")))  # doctest: +SKIP
+        ...             .agg(F.count("*").alias("n")))
+        >>> sessions.columns
+        ['device', 'session_window', 'n']
         """
         allowed = _duration("allowed_lateness", allowed_lateness)
         if isinstance(gap, Column):
@@ -238,6 +260,7 @@ def keyed_watermark(
     source_idle_timeout: Optional[Duration] = None,
     max_ahead: Optional[Duration] = None,
     stuck_after: Optional[Duration] = None,
+    name: Optional[str] = None,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
@@ -269,12 +292,24 @@ def keyed_watermark(
         are invalid (counted, never aggregated; default one day; ``"unbounded"`` turns it off).
     :param stuck_after: the per-batch metric ``stuck_keys`` counts keys whose watermark trails
         Spark's global watermark by more than this (default 10 minutes; see :func:`metrics`).
+    :param name: the stage's name, for a query with several keyed stages: its observed metrics
+        are ``keyed_watermarks_input.<name>`` and ``keyed_watermarks_output.<name>``. Default:
+        none for the query's first keyed stage (the plain names), the key columns joined with
+        ``_`` for a later one (see docs/semantics.md, "Keyed stages in a pipeline").
 
     Bad input (unknown column, non-timestamp event time, bad or negative duration, options
     that cannot be combined) raises before any query starts.
 
+    >>> import datetime
     >>> wm = kw.keyed_watermark(events, key="device", event_time="ts", lateness="10 seconds",
-    ...                         key_lateness={"uploader-1": "10 minutes"})  # doctest: +SKIP
+    ...                         key_lateness={"uploader-1": datetime.timedelta(minutes=10)})
+    >>> wm.window("1 minute").agg(F.max("temp").alias("max_temp")).columns
+    ['device', 'window', 'max_temp']
+    >>> kw.keyed_watermark(events, key="device", event_time="temp", lateness="10 seconds")
+    Traceback (most recent call last):
+        ...
+    pyspark.errors.exceptions.captured.IllegalArgumentException: event_time: column 'temp' must be
+    of type TIMESTAMP, but it is DOUBLE; cast it first, e.g. F.col('temp').cast('timestamp')
     """
     if not isinstance(event_time, str) or not event_time:
         raise PySparkTypeError(message=f"event_time: expected a column name, got {event_time!r}")
@@ -326,6 +361,7 @@ def keyed_watermark(
             "source_idle_timeout": _duration("source_idle_timeout", source_idle_timeout),
             "max_ahead": _duration("max_ahead", max_ahead),
             "stuck_after": _duration("stuck_after", stuck_after),
+            "name": name,
         }
     )
     return KeyedWatermark._from_options(events, options, columns)

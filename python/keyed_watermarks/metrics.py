@@ -7,7 +7,7 @@ from typing import Any, Dict, Mapping
 
 from pyspark.errors import PySparkTypeError
 
-from keyed_watermarks._contract import INPUT_METRICS, OUTPUT_METRICS
+from keyed_watermarks._contract import INPUT_METRICS, OUTPUT_METRICS, STAGE_SEPARATOR
 
 
 def metrics(progress: Any) -> Dict[str, Any]:
@@ -22,15 +22,33 @@ def metrics(progress: Any) -> Dict[str, Any]:
     ``state_rows`` (rows in state: one per key, plus one per key for adaptive lateness's sketch
     and one per (key, source) for min of inputs) and ``state_rows_removed``.
 
-    >>> query.lastProgress and kw.metrics(query.lastProgress)["keys_released"]  # doctest: +SKIP
+    A query with several keyed stages (``keyed_watermark(..., name=...)``) also gets ``stages``:
+    each stage's counts by its name (the first, unnamed stage under ``""``); the top level keeps
+    the first stage's counts, and ``state_rows`` is the first keyed operator's in Spark's
+    progress (``stateOperators``).
+
+    On a running query, ``kw.metrics(query.lastProgress)["late_rows"]``. From a progress's JSON
+    (here cut down to two observed fields):
+
+    >>> kw.metrics({"batchId": 3, "observedMetrics": {
+    ...     "keyed_watermarks_output": {"windows_emitted": 2, "late_rows": 1}}})
+    {'batch_id': 3, 'windows_emitted': 2, 'late_rows': 1}
     """
     if progress is None:
         raise PySparkTypeError(message="metrics: expected a StreamingQueryProgress (or its JSON dict), got None")
     out: Dict[str, Any] = {"batch_id": _field(progress, "batchId")}
     observed = _field(progress, "observedMetrics") or {}
-    for name in (INPUT_METRICS, OUTPUT_METRICS):
-        if name in observed:
-            out.update(_row(observed[name]))
+    stages: Dict[str, Dict[str, Any]] = {}
+    for metric, row in observed.items():
+        for base in (INPUT_METRICS, OUTPUT_METRICS):
+            if metric == base or metric.startswith(base + STAGE_SEPARATOR):
+                stages.setdefault(metric[len(base) + 1 :], {}).update(_row(row))
+    # The query's first (unnamed) stage, or its only one, at the top level as before stages had
+    # names; every stage, the first one under "", in "stages" when there are several.
+    if "" in stages or len(stages) == 1:
+        out.update(stages.get("", next(iter(stages.values()), {})))
+    if len(stages) > 1:
+        out["stages"] = stages
     operators = _field(progress, "stateOperators") or []
     keyed = [op for op in operators if _field(op, "operatorName") == "transformWithStateExec"]
     if keyed:

@@ -24,6 +24,13 @@ def split_report(report: DataFrame) -> Tuple[DataFrame, Optional[DataFrame]]:
     micro-batch) and ``kw_reason``, and also the invalid rows (null key, null event time or
     null source; ``kw_watermark`` null, ``kw_reason`` says which); it is ``None`` unless
     ``keep_late_rows=True`` was used.
+
+    >>> batch = spark.createDataFrame(
+    ...     [("a", 3, "window", None, None), ("a", None, "late", 2, None)],
+    ...     "device STRING, n BIGINT, kw_kind STRING, kw_late_rows BIGINT, kw_watermark TIMESTAMP")
+    >>> results, late_rows = kw.split_report(batch)
+    >>> results.collect(), late_rows
+    ([Row(device='a', n=3)], None)
     """
     if "kw_kind" not in report.columns:
         raise PySparkValueError(
@@ -44,7 +51,16 @@ def foreach_batch(
     """A ``foreachBatch`` function writing results and late rows with two writers.
 
     Each writer is called as ``writer(df, batch_id)``. The micro-batch is cached while both
-    writers read it, so the keyed operator runs once per batch.
+    writers read it, so the keyed operator runs once per batch. An example is in
+    :meth:`KeyedWindow.agg_with_report`; with ``late_rows`` given, the query must keep late rows
+    (``agg_with_report(..., keep_late_rows=True)``), or the first batch raises a
+    ``PySparkValueError`` saying so.
+
+    >>> write = kw.foreach_batch(results=lambda df, batch_id: print(batch_id, df.collect()))
+    >>> write(spark.createDataFrame(
+    ...     [("a", 3, "window", None, None)],
+    ...     "device STRING, n BIGINT, kw_kind STRING, kw_late_rows BIGINT, kw_watermark TIMESTAMP"), 7)
+    7 [Row(device='a', n=3)]
     """
     if not callable(results) or (late_rows is not None and not callable(late_rows)):
         raise PySparkTypeError(message="foreach_batch expects callables (df, batch_id) -> None")

@@ -36,7 +36,20 @@ def read_key_state(
     ``batch_id`` reads the state after that micro-batch (default: the last committed one);
     ``operator_id`` selects the stateful operator if the query has several.
 
-    >>> kw.read_key_state(spark, "/chk/iot", key="device").orderBy("watermark").show()  # doctest: +SKIP
+    >>> import datetime, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> schema = "device STRING, ts TIMESTAMP, temp DOUBLE"
+    >>> spark.createDataFrame([("a", datetime.datetime(2026, 3, 2, 8, 0, 1), 20.0)],
+    ...                       schema).write.parquet(f"{d}/in")
+    >>> query = (kw.keyed_watermark(spark.readStream.schema(schema).parquet(f"{d}/in"),
+    ...                             key="device", event_time="ts", lateness="5 seconds")
+    ...          .window("10 seconds").agg(F.count("*").alias("n"))
+    ...          .writeStream.format("noop").option("checkpointLocation", f"{d}/chk").start())
+    >>> query.processAllAvailable()
+    >>> query.stop()
+    >>> state = kw.read_key_state(spark, f"{d}/chk", key="device")
+    >>> [(r.device, str(r.watermark), r.open_windows) for r in state.collect()]
+    [('a', '2026-03-02 07:59:56', 1)]
     """
     if not isinstance(checkpoint_location, str) or not checkpoint_location:
         raise PySparkTypeError(message=f"checkpoint_location: expected a path, got {checkpoint_location!r}")

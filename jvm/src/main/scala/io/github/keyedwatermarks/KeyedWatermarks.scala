@@ -100,6 +100,13 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
   def withStuckAfter(stuckAfter: String): KeyedWatermark =
     copy(spec.copy(stuckAfterMicros = DurationOption.nonNegative("stuck_after", stuckAfter).micros))
 
+  /**
+   * The stage's name, for a query with several keyed stages: its observed metrics are
+   * `keyed_watermarks_input.<name>` and `keyed_watermarks_output.<name>` (default: the plain
+   * names for the query's first keyed stage, the key columns joined with "_" for a later one).
+   */
+  def withName(name: String): KeyedWatermark = copy(spec.copy(stageName = Some(name)))
+
   /** Every key uses Spark's global watermark (`withWatermark(eventTime, lateness)`). */
   def withGlobalClosing(): KeyedWatermark = copy(spec.copy(globalClosing = true))
 

@@ -33,12 +33,19 @@ private[keyedwatermarks] object UnsafeRowBytes {
    * its size (8 bytes, so every row stays word-aligned) and its bytes. The fingerprints (stable
    * across JVMs) make bytes written for another schema or spec (another query's aggregates or
    * windows restarted on the same checkpoint: Spark's state-schema check cannot look inside a
-   * BINARY) fail clearly instead of being misread. Writes reuse one buffer: one codec per thread.
+   * BINARY) fail clearly instead of being misread. A non-zero `stamp` (e.g. the release that
+   * wrote the rows: state.StateRelease) goes into the upper 32 bits of the schema fingerprint, a
+   * 32-bit hash; reading hands the stamp found to `checkStamp` first (0 when there is none: the
+   * upper bits all 0 or all 1, as a sign-extended hash has), so that it can refuse bytes of a
+   * newer writer with its own error before their schema is compared. Writes reuse one buffer:
+   * one codec per thread.
    */
-  final class RowsCodec(schema: StructType, spec: String = "") {
+  final class RowsCodec(schema: StructType, spec: String = "", stamp: Int = 0, checkStamp: Int => Unit = _ => ()) {
     private val project = UnsafeProjection.create(schema)
     private val numFields = schema.length
-    private val schemaPrint = scala.util.hashing.MurmurHash3.stringHash(schema.json).toLong
+    private val schemaHash = scala.util.hashing.MurmurHash3.stringHash(schema.json)
+    private val schemaPrint =
+      if (stamp == 0) schemaHash.toLong else (stamp.toLong << 32) | (schemaHash.toLong & 0xffffffffL)
     private val specPrint = scala.util.hashing.MurmurHash3.stringHash(spec).toLong
     private val HeaderSize = 16
     private var buffer = new Array[Byte](256)
@@ -75,7 +82,10 @@ private[keyedwatermarks] object UnsafeRowBytes {
      * they were.
      */
     def rows(bytes: Array[Byte], what: => String): Iterator[UnsafeRow] = {
-      if (bytes.length < HeaderSize || Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET) != schemaPrint) {
+      val print = if (bytes.length < HeaderSize) 0L else Platform.getLong(bytes, Platform.BYTE_ARRAY_OFFSET)
+      val stampRead = (print >>> 32).toInt
+      if (bytes.length >= HeaderSize) checkStamp(if (stampRead == -1) 0 else stampRead)
+      if (bytes.length < HeaderSize || print.toInt != schemaHash) {
         throw new IllegalStateException(s"$what: written for another schema (other aggregates, or another " +
           "version of keyed-watermarks) than this query's; restart it from a new checkpoint location")
       }

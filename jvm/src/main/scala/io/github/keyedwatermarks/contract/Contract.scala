@@ -45,6 +45,8 @@ object Contract {
   /** The observed-metrics groups of a query's progress. */
   val InputMetrics = "keyed_watermarks_input"
   val OutputMetrics = "keyed_watermarks_output"
+  /** Between a group's name and a named keyed stage's name: `keyed_watermarks_input.site`. */
+  val StageSeparator = "."
 
   /** The per-key state variable and the fields of its record that `read_key_state` reads. */
   val KeyStateVariable = "key_state"
@@ -66,6 +68,7 @@ object Contract {
       "report_kinds" -> Kinds.All.asJava,
       "input_metrics" -> InputMetrics,
       "output_metrics" -> OutputMetrics,
+      "stage_separator" -> StageSeparator,
       "key_state_variable" -> KeyStateVariable,
       "key_state_fields" -> KeyStateFields.asJava,
       "state_undefined" -> StateUndefined,

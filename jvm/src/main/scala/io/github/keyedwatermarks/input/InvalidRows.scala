@@ -48,7 +48,7 @@ private[keyedwatermarks] object InvalidRows {
    */
   def observe(
       partials: DataFrame, windowStart: String, rows: String, withSource: Boolean, withGap: Boolean,
-      withLateness: Boolean = false, withFuture: Boolean = false): DataFrame = {
+      withLateness: Boolean = false, withFuture: Boolean = false, name: String = InputPlan.InputMetrics): DataFrame = {
     val start = partials.col(windowStart)
     val count = partials.col(rows)
     def total(c: Column) = F.coalesce(F.sum(c), F.lit(0L))
@@ -61,6 +61,6 @@ private[keyedwatermarks] object InvalidRows {
       (if (withGap) Seq(ofReason(BadGap).as("invalid_gap_rows")) else Nil) ++
       (if (withLateness) Seq(ofReason(BadLateness).as("invalid_lateness_rows")) else Nil) ++
       (if (withFuture) Seq(ofReason(FutureEventTime).as("future_event_time_rows")) else Nil)
-    partials.observe(InputPlan.InputMetrics, metrics.head, metrics.tail: _*).where(start > LastSentinel)
+    partials.observe(name, metrics.head, metrics.tail: _*).where(start > LastSentinel)
   }
 }

@@ -1,8 +1,10 @@
 package io.github.keyedwatermarks.planner
 
 import org.apache.spark.sql.{DataFrame, functions => F}
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 
 import io.github.keyedwatermarks.partials.PartialColumns
+import io.github.keyedwatermarks.spec.WatermarkSpec
 
 /**
  * Spark's global watermark, for the policies that follow it (the skew bound, closing='global'):
@@ -24,6 +26,23 @@ import io.github.keyedwatermarks.partials.PartialColumns
  */
 private[keyedwatermarks] object GlobalWatermark {
   val EventTimeColumn = "kw_global_watermark_event_time"
+
+  /**
+   * The partials, with Spark's global watermark defined on them unless the stage's input
+   * `upstream` already defines one (a `withWatermark`, e.g. for dropDuplicatesWithinWatermark
+   * or a stream-stream join, or an earlier keyed stage's own): the stage then follows that one
+   * (docs/semantics.md, "Keyed stages in a pipeline"), since Spark keeps one global watermark
+   * per query and refuses a `withWatermark` after a stateful operator. A stateful operator
+   * upstream without any watermark leaves nothing to follow: refused, naming the options.
+   */
+  def followOrTrack(partials: DataFrame, spec: WatermarkSpec, upstream: LogicalPlan): DataFrame =
+    if (KeyedStages.watermarkUpstream(upstream)) partials
+    else if (KeyedStages.statefulUpstream(upstream)) throw new IllegalArgumentException(
+      "max_skew / closing: this keyed stage follows Spark's global watermark, but a stateful operator " +
+        "upstream has none and Spark refuses to define one after it; define it upstream " +
+        "(withWatermark before that operator, or leave the upstream keyed stage's max_skew at its default) " +
+        "or set max_skew='unbounded' on this stage")
+    else track(partials, spec.lateness.text)
 
   def track(partials: DataFrame, lateness: String): DataFrame =
     partials.withColumn(EventTimeColumn, F.timestamp_micros(partials.col(PartialColumns.MaxEventTime)))

@@ -1,7 +1,9 @@
 package io.github.keyedwatermarks.planner
 
 import org.apache.spark.sql.{Column, DataFrame, Encoders, functions => F}
+import org.apache.spark.sql.catalyst.plans.logical.EventTimeWatermark
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
+import org.apache.spark.sql.types.{MetadataBuilder, StructType}
 
 import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
@@ -30,13 +32,13 @@ private[keyedwatermarks] object KeyedPlanner {
    * The streaming result: the report stream (`agg_with_report`), or only the window rows with
    * the columns and nullability of `groupBy(keys, window).agg(aggs)` (`agg`).
    */
-  def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = {
+  def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = KeyedStages.whilePlanning {
     val p = prepare(events, spec)
     val out = operator(p)
     val all = observed(
       p.projected.invalidRows.fold(out)(invalid =>
         out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))),
-      spec.watermark.stuckAfterMicros)
+      spec.watermark.stuckAfterMicros, KeyedStages.metricsName(OutputMetrics, p.stage))
     if (spec.aggregation.withReport) all else p.operatorPlan.emitter.windowsOnly(all)
   }
 
@@ -50,16 +52,23 @@ private[keyedwatermarks] object KeyedPlanner {
       projected: ProjectedInput,
       grouped: DataFrame,
       operatorPlan: OperatorPlan,
-      timeMode: TimeMode)
+      timeMode: TimeMode,
+      /** The stage's name in its metrics ("": the plain names; see [[KeyedStages.stageName]]). */
+      stage: String = "")
 
-  def prepare(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): Prepared = {
+  def prepare(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): Prepared =
+    KeyedStages.whilePlanning(prepareStage(events, spec, streaming))
+
+  private def prepareStage(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean): Prepared = {
     val input = resolveInput(events, spec, streaming)
+    val upstream = SparkInternals.analyzedPlan(events)
+    val stage = KeyedStages.stageName(spec.watermark.stageName, input.keys, upstream)
     val policy = WatermarkPolicies.of(spec.watermark)
     val windows = Assigners.of(spec.windows)
     val ref = reference(input, spec)
     val projected = project(input, ref, spec)
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(ref.analyzed, SparkInternals.output(projected.frame))
-    val emitter = new WindowEmitter(ref.schema, input.keys.map(ref.schema.fieldIndex).toArray,
+    val emitter = new WindowEmitter(ref.resultSchema, input.keys.map(ref.schema.fieldIndex).toArray,
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
       withRevision = spec.windows.allowedLateness.isDefined)
     val partials = PartialAggregation(projected.frame, input.keys.size, windows, aggregation,
@@ -81,16 +90,17 @@ private[keyedwatermarks] object KeyedPlanner {
         case _: KeyLateness.ByColumn | _: KeyLateness.ByKey => true
         case KeyLateness.Fixed | _: KeyLateness.Adaptive => false
       },
-      withFuture = spec.watermark.maxAheadMicros.isDefined)
+      withFuture = spec.watermark.maxAheadMicros.isDefined,
+      name = KeyedStages.metricsName(InputPlan.InputMetrics, stage))
     // A value is the payload bytes (plus the key columns, which Spark's value encoder must
     // cover), so the encoders copy one array per partial instead of converting every field to a
     // Row and back. (A key hash leading the grouping, to make the sort's prefix decide, cost
     // more in state store lookups out of key order than it saved: benchmarks/results/profile.md.)
     val tracked =
-      if (policy.usesGlobalWatermark) GlobalWatermark.track(valid, spec.watermark.lateness.text)
-      else valid
+      if (!policy.usesGlobalWatermark) valid
+      else GlobalWatermark.followOrTrack(valid, spec.watermark, upstream)
     val grouped = tracked.select(tracked.col(PartialColumns.Payload) +: keys: _*)
-    Prepared(input, projected, grouped, operatorPlan, timeMode(policy))
+    Prepared(input, projected, grouped, operatorPlan, timeMode(policy), stage)
   }
 
   /**
@@ -108,24 +118,52 @@ private[keyedwatermarks] object KeyedPlanner {
   final case class Reference(frame: DataFrame) {
     lazy val analyzed = SparkInternals.analyzedPlan(frame)
     def schema = frame.schema
+
+    /**
+     * The result's columns: the reference's, without the metadata that describes the
+     * reference's own columns rather than the stage's output:
+     *  - Spark's event-time watermark marker: with a `withWatermark` upstream, Spark's groupBy
+     *    marks the window column as event time; the stage's output carries no watermark
+     *    (docs/semantics.md, "Keyed stages in a pipeline"), and the marker would make Spark take
+     *    it for one downstream;
+     *  - the input Dataset's id and column position (classic Dataset.col tags its columns so
+     *    that Spark can tell the sides of a self-join apart): on the output's new columns they
+     *    would point at the input Dataset, which Spark's ambiguous-self-join check rejects in a
+     *    plan with a join (see [[reference]]).
+     */
+    def resultSchema: StructType = StructType(schema.fields.map { f =>
+      val stale = Reference.InputMetadata.filter(f.metadata.contains)
+      if (stale.isEmpty) f
+      else f.copy(metadata = stale.foldLeft(new MetadataBuilder().withMetadata(f.metadata))(_.remove(_)).build())
+    })
+  }
+
+  object Reference {
+    /** EventTimeWatermark.delayKey, and classic Dataset's DATASET_ID_KEY and COL_POS_KEY. */
+    val InputMetadata: Seq[String] = Seq(EventTimeWatermark.delayKey, "__dataset_id", "__col_position")
   }
 
   def reference(input: InputPlan, spec: KeyedQuerySpec): Reference = {
     val aggs = spec.aggregation.aggregates
     // Spark resolves and type-checks the aggregates exactly as for a batch groupBy; a
     // non-aggregate expression fails here with Spark's own AnalysisException.
-    val ref = Reference(input.events.groupBy(input.keyColumns :+ windowColumn(input, spec.windows): _*)
+    // The window over the event time by name, not by `events.col`: Spark's window rewrite
+    // (TimeWindowing) keeps the Dataset.col tag on the `window` column it creates, which Spark's
+    // ambiguous-self-join check then rejects whenever the input has a join ("Column window#N are
+    // ambiguous", a stream-static join before the stage).
+    val eventTime = F.col(spec.watermark.eventTime)
+    val ref = Reference(input.events.groupBy(input.keyColumns :+ windowColumn(eventTime, spec.windows): _*)
         .agg(aggs.head, aggs.tail: _*))
     OutputNames.check(ref.schema, input.keys.size, spec)
     ref
   }
 
   /** The window column of the reference aggregation (its name and type are the result's). */
-  private def windowColumn(input: InputPlan, windows: WindowSpec): Column = windows match {
-    case Tumbling(size, _) => F.window(input.eventTimeColumn, size.text)
-    case Sliding(size, slide, _) => F.window(input.eventTimeColumn, size.text, slide.text)
-    case Sessions(FixedGap(gap), _) => F.session_window(input.eventTimeColumn, gap.text)
-    case Sessions(ColumnGap(gap), _) => F.session_window(input.eventTimeColumn, gap)
+  private def windowColumn(eventTime: Column, windows: WindowSpec): Column = windows match {
+    case Tumbling(size, _) => F.window(eventTime, size.text)
+    case Sliding(size, slide, _) => F.window(eventTime, size.text, slide.text)
+    case Sessions(FixedGap(gap), _) => F.session_window(eventTime, gap.text)
+    case Sessions(ColumnGap(gap), _) => F.session_window(eventTime, gap)
   }
 
   /** Per-row session end, when the gap is per row (a column, or days on the calendar). */
@@ -198,13 +236,13 @@ private[keyedwatermarks] object KeyedPlanner {
    * with the per-key metrics (keys in state, released, watermark lag) from the operator's "key"
    * rows, which only feed the metrics and are dropped here.
    */
-  def observed(all: DataFrame, stuckAfterMicros: Long): DataFrame = {
+  def observed(all: DataFrame, stuckAfterMicros: Long, name: String = OutputMetrics): DataFrame = {
     val metrics = Seq(
       F.coalesce(F.sum(all.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
       F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Watermark, 1)).as(
         "keys_with_held_watermark")) ++
       KeyMetrics.columns(all, stuckAfterMicros)
-    val withMetrics = all.observe(OutputMetrics,
+    val withMetrics = all.observe(name,
       F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Window, 1)).as("windows_emitted"),
       metrics: _*)
     withMetrics.where(withMetrics.col(WindowEmitter.KindColumn) =!= WindowEmitter.KeyKindValue)

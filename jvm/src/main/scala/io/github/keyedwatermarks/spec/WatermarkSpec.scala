@@ -21,7 +21,9 @@ final case class WatermarkSpec(
     globalClosing: Boolean = false,
     sources: Option[SourcesSpec] = None,
     maxAheadMicros: Option[Long] = Some(WatermarkSpec.DefaultMaxAheadMicros),
-    stuckAfterMicros: Long = WatermarkSpec.DefaultStuckAfterMicros) {
+    stuckAfterMicros: Long = WatermarkSpec.DefaultStuckAfterMicros,
+    /** The stage's name in its metrics (default: see planner.KeyedStages.stageName). */
+    stageName: Option[String] = None) {
 
   /** The options that follow the wall clock (processing-time timers). */
   private[keyedwatermarks] def followsWallClock: Boolean =

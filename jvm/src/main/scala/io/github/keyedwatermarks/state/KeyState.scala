@@ -48,7 +48,9 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     case Proposal.OwnRows(_) | Proposal.ClockOnly => None
   }
 
-  private val codec = new UnsafeRowBytes.RowsCodec(windowSchema(bufferSchema), describe(windows))
+  // Stamped with this release; state of a newer release is refused naming both (StateRelease).
+  private val codec = new UnsafeRowBytes.RowsCodec(windowSchema(bufferSchema), describe(windows),
+    StateRelease.Current.stamp, StateRelease.requireReadable(_, "the open windows in state"))
 
   /**
    * The key's stored row: its watermark record, event-time timer and open windows (rows of

@@ -1,0 +1,58 @@
+"""Sphinx configuration of the documentation site (built by ./dev/docs; checked by
+tests/test_docs.py). Pages are Markdown (MyST); the Python API reference is autodoc over the
+package's docstrings; the Scala API reference is Scaladoc (sbt core/doc), copied in as is."""
+
+import os
+from pathlib import Path
+
+import keyed_watermarks
+
+docs = Path(__file__).resolve().parent
+root = docs.parent
+
+project = "keyed-watermarks"
+author = "the keyed-watermarks authors"
+copyright = "the keyed-watermarks authors"
+release = version = keyed_watermarks.__version__
+
+extensions = ["myst_parser", "sphinx.ext.autodoc"]
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build"]
+# `#heading` links in the Markdown resolve as on GitHub, and a broken one is a warning (an
+# error under -W).
+myst_heading_anchors = 4
+myst_enable_extensions = ["colon_fence"]
+suppress_warnings = []
+
+# Unresolvable references are warnings too (-n); types from pyspark and typing have no pages here.
+nitpicky = True
+nitpick_ignore_regex = [
+    ("py:class", r"(pyspark|typing|datetime|collections)\..*"),
+    ("py:class", r"(DataFrame|Column|SparkSession|Duration|BatchWriter|Any|Optional|Union|Sequence|Mapping|Dict|List|Tuple|Callable)"),
+    ("py:class", r"(str|int|float|bool|None)"),
+]
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True
+
+html_theme = "furo"
+html_title = f"keyed-watermarks {release}"
+html_static_path = []
+# Files copied into the site as they are: scaladoc/ (sbt core/doc), put there by ./dev/docs.
+# The link to it in api/scala.md is checked like any other (tests/test_docs.py).
+extra = Path(os.environ.get("KW_DOCS_EXTRA", root / "build" / "docs" / "extra")).resolve()
+html_extra_path = [str(extra)] if extra.is_dir() else []
+
+
+
+def _hide_internal_constructors(app, what, name, obj, options, signature, return_annotation):
+    """KeyedWatermark and KeyedWindow are made by keyed_watermark(...) and .window(...), not by
+    their constructors: their class headers show no constructor signature."""
+    if what == "class" and name in ("keyed_watermarks.KeyedWatermark", "keyed_watermarks.KeyedWindow"):
+        return "", None
+    return None
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _hide_internal_constructors)

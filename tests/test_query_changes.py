@@ -1,0 +1,91 @@
+"""What may change in a query and still resume from its checkpoint (docs/semantics.md,
+"Upgrades"): each change below is made between two runs over the same checkpoint; it either
+resumes (and then the windows it emits are checked) or is refused with an error that names what
+changed, in the first micro-batch after the restart, which then commits nothing."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+import keyed_watermarks as kw
+import state_queries as sq
+
+
+def keyed(events, **options):
+    return kw.keyed_watermark(events, key="device", event_time="ts", **{"lateness": "5 seconds", **options})
+
+
+BASE = lambda e: keyed(e).window("10 seconds").agg_with_report(*sq._aggs())  # noqa: E731
+
+# change -> (the changed query, None if it resumes, else what its refusal says)
+CHANGES = {
+    "smaller lateness": (lambda e: keyed(e, lateness="2 seconds").window("10 seconds")
+                         .agg_with_report(*sq._aggs()), None),
+    "allowed lateness added": (lambda e: keyed(e).window("10 seconds", allowed_lateness="10 seconds")
+                               .agg_with_report(*sq._aggs()), None),
+    "output columns renamed": (lambda e: keyed(e).window("10 seconds").agg_with_report(
+        F.count("*").alias("n"), F.sum("temp").alias("s"), F.max("temp").alias("hi")).withColumnRenamed(
+        "n", "rows"), None),
+    "adaptive lateness added": (lambda e: keyed(e, adaptive_lateness=kw.AdaptiveLateness(0.9)).window("10 seconds")
+                                .agg_with_report(*sq._aggs()), None),
+    "max_skew added": (lambda e: keyed(e, max_skew="8 seconds").window("10 seconds")
+                       .agg_with_report(*sq._aggs()), None),
+    "aggregate added": (lambda e: keyed(e).window("10 seconds").agg_with_report(
+        *sq._aggs(), F.min("temp").alias("lo")), "written for another schema (other aggregates"),
+    "window size changed": (lambda e: keyed(e).window("20 seconds").agg_with_report(*sq._aggs()),
+                            "written for another window spec (window size, slide, or session gap kind)"),
+    # Spark's own check, before the first micro-batch: idle_timeout needs processing-time timers.
+    "idle_timeout added": (lambda e: keyed(e, idle_timeout="1 minute").window("10 seconds")
+                           .agg_with_report(*sq._aggs()), "Cannot change timeMode from EventTime to ProcessingTime"),
+}
+
+
+def run(spark, build, input_dir, checkpoint, out):
+    events = spark.readStream.schema(sq.SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(input_dir))
+    q = (build(events).writeStream.format("parquet").outputMode("append").option("path", str(out))
+         .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise q.exception()
+
+
+def windows(spark, out):
+    """(device, start, n, revision) of the window rows written to `out` (n under either name)."""
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(str(out / "part-*")).where("kw_kind = 'window'")
+    n = "rows" if "rows" in df.columns else "n"
+    rev = F.col("revision") if "revision" in df.columns else F.lit(0)
+    return [tuple(r) for r in df.select("device", F.unix_micros("window.start"), n, rev).collect()]
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_changed_query_resumes_or_is_refused(spark, workdir, change):
+    build, refusal = CHANGES[change]
+    files = sq.make_files(4)
+    input_dir, checkpoint, out = workdir / "input", workdir / "ckpt", workdir / "out"
+    sq.write_files(spark, files[:2], input_dir)
+    run(spark, BASE, input_dir, checkpoint, out)
+    before = windows(spark, out)
+    commits = sorted(p.name for p in (checkpoint / "commits").iterdir())
+    sq.write_files(spark, files[2:], input_dir, first=2)
+    if refusal is not None:
+        with pytest.raises(Exception) as refused:
+            run(spark, build, input_dir, checkpoint, workdir / "out2")
+        assert refusal in str(refused.value)
+        assert "restart" in str(refused.value) and "checkpoint" in str(refused.value)
+        # The refused micro-batch committed nothing: the checkpoint resumes as it was.
+        assert sorted(p.name for p in (checkpoint / "commits").iterdir()) == commits
+        return
+    run(spark, build, input_dir, checkpoint, workdir / "out2")
+    after = windows(spark, workdir / "out2")
+    assert after, "windows emitted after the restart"
+    both = before + after
+    assert len({(d, s, r) for d, s, _, r in both}) == len(both), "no window emitted twice"
+    rows = sum(1 for f in files for d, *_ in f if d is not None)
+    assert sum(n for _, _, n, r in both if r == 0) <= rows, "each row in one window at most"
+    if change == "output columns renamed":
+        # Nothing but names changed: the windows of an uninterrupted run, value for value.
+        run(spark, BASE, input_dir, workdir / "full-ckpt", workdir / "full")
+        assert sorted(both) == sorted(windows(spark, workdir / "full"))
