@@ -126,7 +126,10 @@ def child(args: argparse.Namespace) -> None:
     for _ in range(args.runs):
         for m in methods:
             timed[m].append(run(m))
-    out = {"checkout": args.label, "kw_file": kw.__file__, "spark": spark.version}
+    # Which checkout's package ran, relative to the checkout (results are committed: no machine paths).
+    kw_file = Path(kw.__file__).resolve()
+    kw_file = str(kw_file.relative_to(kw_file.parents[2]))
+    out = {"checkout": args.label, "kw_file": kw_file, "spark": spark.version}
     for m in methods:
         out[m] = {"wall": [round(r[0], 3) for r in timed[m]],
                   "cpu": [round(r[1], 2) for r in timed[m]],
