@@ -43,10 +43,15 @@ private[keyedwatermarks] object StateRelease {
     if (stamp == 0 || stamp == -1) Unstamped
     else Release(stamp >>> 24, (stamp >>> 12) & 0xfff, stamp & 0xfff)
 
-  /** Refuses state of a release newer than `reader`; `what` says which state. */
-  def requireReadable(stamp: Int, what: => String, reader: Release = Current): Unit = {
+  /**
+   * Refuses state of a release newer than `reader`; `what` says which state. Called for every
+   * key's stored windows, so it compares the stamps as ints: stamps are positive (major < 128)
+   * with major, minor and patch packed from the top, so their int order is the release order,
+   * and the unstamped 0 and -1 are below every reader.
+   */
+  def requireReadable(stamp: Int, what: => String, reader: Release = Current): Unit = if (stamp > reader.stamp) {
     val writer = fromStamp(stamp)
-    if (writer > reader) throw new IllegalStateException(s"$what: written by keyed-watermarks $writer, newer than " +
+    throw new IllegalStateException(s"$what: written by keyed-watermarks $writer, newer than " +
       s"this keyed-watermarks $reader, which resumes the state of $Unstamped to $reader only: resume the query " +
       s"with keyed-watermarks $writer or newer, or restart it from a new checkpoint location")
   }
