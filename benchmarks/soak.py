@@ -277,8 +277,9 @@ def run(args) -> int:
 
 # ---------------------------------------------------------------- the report
 
-def sink_rows(work: Path) -> List[dict]:
-    """The sink's committed rows (the files its metadata log lists), without Spark."""
+def sink_rows(work: Path, sample: int = 1) -> Tuple[List[dict], int]:
+    """The sink's committed rows (the files its metadata log lists), without Spark: those of
+    the devices with index % sample == 0, and the number of all rows."""
     meta = work / "out" / "_spark_metadata"
     paths = set()
     for f in meta.glob("*"):
@@ -291,13 +292,16 @@ def sink_rows(work: Path) -> List[dict]:
                     paths.add(e["path"])
                 else:
                     paths.discard(e["path"])
-    rows = []
+    rows, everything = [], 0
     for p in sorted(paths):
         local = p[len("file:"):] if p.startswith("file:") else p
-        t = pq.read_table(local).to_pydict()
+        table = pq.read_table(local)
+        everything += table.num_rows
+        keep = [int(d.split("-")[1]) % sample == 0 for d in table.column("device").to_pylist()]
+        t = table.filter(pa.array(keep, pa.bool_())).to_pydict()
         for dev, win, n, total in zip(t["device"], t["window"], t["n"], t["total"]):
             rows.append({"device": dev, "start": win["start"], "n": n, "total": total})
-    return rows
+    return rows, everything
 
 
 def last_batch_files(work: Path) -> int:
@@ -338,10 +342,9 @@ def model_check(work: Path, sample: int, new: int) -> dict:
         (optional if w.batch == trailing else expected)[item] += 1
     got = Counter()
     epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-    for r in sink_rows(work):
+    sampled, everything = sink_rows(work, sample)
+    for r in sampled:
         dev = r["device"]
-        if int(dev.split("-")[1]) % sample != 0:
-            continue
         start = r["start"]
         if start.tzinfo is None:
             start = start.replace(tzinfo=datetime.timezone.utc)
@@ -351,7 +354,7 @@ def model_check(work: Path, sample: int, new: int) -> dict:
     extra = got - expected - optional
     return {"files": files, "sample": sample, "model_windows": sum(expected.values()),
             "trailing_optional": sum(optional.values()), "sink_windows": sum(got.values()),
-            "missing": sum(missing.values()), "extra": sum(extra.values()),
+            "sink_windows_all": everything, "missing": sum(missing.values()), "extra": sum(extra.values()),
             "examples": [str(x) for x in list(missing)[:3] + list(extra)[:3]],
             "late_rows_model": sum(res.late.values()), "model_s": round(model_s, 1),
             "model_batches": last + 1, "equal": not missing and not extra}
@@ -465,7 +468,8 @@ def report(args) -> int:
         f"carrying each file's max event time (so Spark's global watermark and the `max_skew` floor are "
         f"the full stream's), over the {c['files']:,} files the committed batches read "
         f"(model: {c['model_s']} s): model windows {c['model_windows']:,} (+{c['trailing_optional']} "
-        f"that its trailing no-data batch would emit), sink windows for those devices {c['sink_windows']:,}, "
+        f"that its trailing no-data batch would emit), sink windows for those devices {c['sink_windows']:,} "
+        f"(of {c['sink_windows_all']:,} windows in the sink), "
         f"missing {c['missing']}, extra {c['extra']}: **{'equal' if c['equal'] else 'NOT equal'}**. "
         f"Late rows in the model's sample: {c['late_rows_model']:,}.",
     ]
