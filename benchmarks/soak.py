@@ -322,13 +322,35 @@ def model_check(work: Path, sample: int, new: int) -> dict:
 
     files = last_batch_files(work)
     stream = Stream(new)
-    batches = []
+    # A micro-batch may read more than one file: after a restart the file source can hand the
+    # first batch the file an unfinished batch had listed plus the next one. The progress records
+    # give each batch's input rows; files are assigned to batches in order until they add up
+    # (a batch without a record, if any, read one file).
+    recorded = {}
+    for line in (work / "metrics.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["kind"] == "batch":
+            recorded[r["batch"]] = r["rows"]
+    per_file = []
     for b in range(files):
         names, ts, temp = stream.rows(b, sample)
         full_names, full_ts, _ = stream.rows(b)
-        rows = [(k, int(t), float(v)) for k, t, v in zip(names, ts, temp)]
-        rows.append((SENTINEL, int(full_ts.max()), 0.0))
+        per_file.append(([(k, int(t), float(v)) for k, t, v in zip(names, ts, temp)], len(full_names),
+                         int(full_ts.max())))
+    batches, f, batch_id, merged = [], 0, 0, 0
+    while f < files:
+        want, rows, got, top = recorded.get(batch_id), [], 0, None
+        while f < files and (got == 0 or (want is not None and got < want)):
+            rows += per_file[f][0]
+            got += per_file[f][1]
+            top = per_file[f][2] if top is None else max(top, per_file[f][2])
+            f += 1
+        if want is not None and want != got:
+            raise RuntimeError(f"batch {batch_id}: {want} input rows, files give {got}")
+        merged += got > per_file[f - 1][1]
+        rows.append((SENTINEL, top, 0.0))
         batches.append(rows)
+        batch_id += 1
     t0 = time.time()
     res = run_model(batches, LATENESS_US, WINDOW_US)
     model_s = time.time() - t0
@@ -357,7 +379,7 @@ def model_check(work: Path, sample: int, new: int) -> dict:
             "sink_windows_all": everything, "missing": sum(missing.values()), "extra": sum(extra.values()),
             "examples": [str(x) for x in list(missing)[:3] + list(extra)[:3]],
             "late_rows_model": sum(res.late.values()), "model_s": round(model_s, 1),
-            "model_batches": last + 1, "equal": not missing and not extra}
+            "model_batches": last + 1, "multi_file_batches": merged, "equal": not missing and not extra}
 
 
 def fmt_bytes(n: Optional[float]) -> str:
@@ -471,6 +493,7 @@ def report(args) -> int:
         f"that its trailing no-data batch would emit), sink windows for those devices {c['sink_windows']:,} "
         f"(of {c['sink_windows_all']:,} windows in the sink), "
         f"missing {c['missing']}, extra {c['extra']}: **{'equal' if c['equal'] else 'NOT equal'}**. "
+        f"Micro-batches that read two files or more (the first after a restart): {c['multi_file_batches']}. "
         f"Late rows in the model's sample: {c['late_rows_model']:,}.",
     ]
     if c["examples"]:
