@@ -24,13 +24,15 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  *    lookup, a write and a prefix scan per (key, window) and batch, and the per-row overhead;
  *    a key has few open windows at a time (those its watermark has not passed);
  *  - `lateness_sketch` (adaptive lateness only): the quantile sketch of how far rows trail;
- *  - `source_watermarks` (min of inputs only): source -> (max event time, last arrival).
+ *  - `source_watermarks` (min of inputs only): source -> (max event time, last arrival);
+ *  - `dedup_seen` (dedup only): the key's dedup values seen within its horizon ([[DedupEntries]]).
  * Optional variables are registered only when their policy is on, so other queries pay nothing.
  * Field names are Avro-safe, as the state store's schema handling requires.
  */
 private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType,
     policy: WatermarkPolicy,
-    windows: WindowAssigner) {
+    windows: WindowAssigner,
+    dedup: Boolean = false) {
   import KeyState._
 
   private val keyState: ValueState[Row] =
@@ -47,6 +49,8 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
       Some(handle.getMapState("source_watermarks", Encoders.STRING, Encoders.row(SourceSchema), TTLConfig.NONE))
     case Proposal.OwnRows(_) | Proposal.ClockOnly => None
   }
+
+  val dedupEntries: Option[DedupEntries] = if (dedup) Some(new DedupEntries(handle)) else None
 
   /** The codec of one open window's row. */
   val windowRows = new OpenWindowRows(bufferSchema)
@@ -103,6 +107,7 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     keyState.clear()
     sketchState.foreach(_.clear())
     sources.foreach(_.clear())
+    dedupEntries.foreach(_.clear())
   }
 }
 
