@@ -71,7 +71,7 @@ def duplicates_per_batch_key(per_batch) -> Counter:
 
 # Fewer cases than the other in-memory rules (CI time), no shrinking (each step plans Spark jobs;
 # the notes show the model's view of a failing case).
-@settings(in_memory, max_examples=min(IN_MEMORY_CASES, 40), phases=[Phase.explicit, Phase.generate])
+@settings(in_memory, max_examples=min(IN_MEMORY_CASES, 15), phases=[Phase.explicit, Phase.generate])
 @given(batches=streams_with_copies(), lateness_s=st.sampled_from(LATENESS_CHOICES_S),
        window=st.sampled_from([(w, None) for w in WINDOW_CHOICES_S] + [(10, 5)]), allowed_s=st.sampled_from([0, 0, 7]))
 def test_dedup_in_memory_against_the_model(harness, batches, lateness_s, window, allowed_s):
@@ -163,7 +163,7 @@ def test_bad_dedup_options_are_refused_before_the_query(events, dedup, message):
 # row sent twice (in its batch); the dedup entries leave state with the keys' horizons.
 SPAN = 15 * 60 * SECOND
 CHURN_BASE = 1_700_001_000 * SECOND - (1_700_001_000 * SECOND) % SPAN
-NEW_KEYS, BATCHES = 40, 8
+NEW_KEYS, BATCHES = 20, 7
 
 
 def test_dedup_state_stays_bounded_under_churn(spark, workdir: Path):

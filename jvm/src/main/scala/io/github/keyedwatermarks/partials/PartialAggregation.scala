@@ -71,9 +71,10 @@ private[keyedwatermarks] object PartialAggregation {
            Seq(AttributeReference(PartialColumns.EventTimes, ArrayType(LongType, containsNull = false),
                nullable = false)())
          else Nil) ++ source.toSeq ++
-        dedup.toSeq.flatMap(d => Seq(AttributeReference(PartialColumns.Dedup, d.dataType, nullable = true)(),
-          AttributeReference(PartialColumns.DedupPartition, LongType, nullable = false)(),
-          AttributeReference(PartialColumns.Duplicates, LongType, nullable = false)()))
+        dedup.toSeq.flatMap(d =>
+          Seq(AttributeReference(PartialColumns.Dedup, d.dataType, nullable = true)(),
+            AttributeReference(PartialColumns.DedupPartition, LongType, nullable = false)(),
+            AttributeReference(PartialColumns.Duplicates, LongType, nullable = false)()))
     val payload = DataTypeUtils.fromAttributes(buffers ++ meta ++ policyOut ++ keptOut)
     val output = Seq(AttributeReference(PartialColumns.Payload, BinaryType, nullable = false)()) ++
       Seq(PartialColumns.WindowStart, PartialColumns.Rows, PartialColumns.MaxEventTime).map(n =>

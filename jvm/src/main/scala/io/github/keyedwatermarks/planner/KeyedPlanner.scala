@@ -9,7 +9,9 @@ import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
 import io.github.keyedwatermarks.partials.{PartialAggregation, PartialColumns}
 import io.github.keyedwatermarks.emission.{KeyMetrics, WindowEmitter}
-import io.github.keyedwatermarks.input.{DedupColumns, DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap}
+import io.github.keyedwatermarks.input.{
+  DedupColumns, DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap
+}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
 import io.github.keyedwatermarks.spec._
 import io.github.keyedwatermarks.watermark.{AdaptiveLateness, WatermarkPolicy}
