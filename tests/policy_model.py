@@ -20,8 +20,9 @@ only read with ``sources``). Per key the *held* watermark never moves backward:
   ``E_N`` is defined): ``s(k) = min(max_skew, max(0, needed, s_old - (E_N - ref) // FLEET_DECAY))``
   with ``needed`` the max over the windows the batch's rows of k fall in of ``E_N - t``, ``t``
   the window's latest row of the batch (late rows included), and ``ref`` Spark's ``E`` at the
-  key's previous batch with rows; then ``ref = E_N`` and the watermark is raised to ``E_N - s(k)``. A key without rows whose
-  earliest open window's end is ``<= E_N - s(k)`` (its event-time timer) is raised to it too. The
+  key's previous batch with rows; then ``ref = E_N`` and the watermark is raised to
+  ``min(E_N - s(k), M(k))`` (never past the key's max event time). A key without rows whose
+  earliest open window's end is ``<= min(E_N - s(k), M(k))`` (its event-time timer) is raised to it too. The
   fleet floor is not applied at the start of a batch (only ``E_N - max_skew`` is), so rows are
   judged against the fleet floor of an earlier batch (Spark's batch of grace). A key without
   open windows leaves state once ``E_N - max_skew`` has reached its watermark (it returns at that
@@ -200,7 +201,7 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
                 decayed = 0 if old is None else old - (e - fleet_ref[key]) // FLEET_DECAY
                 fleet_skew[key] = min(skew, max(0, needed, decayed))
                 fleet_ref[key] = e
-                raise_to(key, e - fleet_skew[key])
+                raise_to(key, min(e - fleet_skew[key], max_t[key]))
             if processing_ms is not None:
                 last_arrival[key] = processing_ms[n]
                 quiet_since.pop(key, None)
@@ -210,7 +211,7 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
                 earliest[k] = min(earliest.get(k, start + size), start + size)
             for key, end in earliest.items():
                 if key not in rows_by_key and key in fleet_skew and e - fleet_skew[key] >= end:
-                    raise_to(key, e - fleet_skew[key])
+                    raise_to(key, min(e - fleet_skew[key], max_t[key]))
         for (key, start) in sorted(open_windows, key=repr):
             w = held.get(key)
             if w is not None and start + size <= w:

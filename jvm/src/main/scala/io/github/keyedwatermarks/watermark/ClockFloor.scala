@@ -77,7 +77,7 @@ private[keyedwatermarks] final case class SkewFloor(skewMicros: Long, defaultLat
 
 /**
  * closing='fleet': a key's watermark follows Spark's global watermark `E` behind the key's own
- * learnt skew `s(k)` (docs/semantics.md, "Fleet closing"): a key in step with the fleet
+ * learnt skew `s(k)`, never past the key's max event time (docs/semantics.md, "Fleet closing"): a key in step with the fleet
  * (`s(k) = 0`) closes its windows with Spark's global watermark, a key whose rows arrive behind
  * the fleet keeps that lag. The skew is learnt at the end of each batch with rows of the key
  * ([[learn]]), before the floor is applied. Not applied at the start of a batch, so a row is
@@ -91,10 +91,14 @@ private[keyedwatermarks] final case class FleetFloor(maxSkewMicros: Long) extend
   def clock: Clock = EventTimeClock
   def coversReturningKey: Boolean = false
   override def appliesAtStart: Boolean = false
+  // Never past the key's own max event time: the window holding its latest row waits for its
+  // next rows (or the skew bound), so a key whose rows come in bursts loses none between them.
   def floor(record: KeyRecord, nowMs: Long, global: Long): Long =
-    if (global == Undefined || record.fleetSkew == Undefined) Undefined else saturatingMinus(global, record.fleetSkew)
+    if (global == Undefined || record.fleetSkew == Undefined) Undefined
+    else math.min(saturatingMinus(global, record.fleetSkew), record.maxEventTime)
   def reaches(threshold: Long, record: KeyRecord): Option[Long] =
-    if (record.fleetSkew == Undefined) None else Some(Math.floorDiv(threshold + record.fleetSkew + 999L, 1000L))
+    if (record.fleetSkew == Undefined || threshold > record.maxEventTime) None
+    else Some(Math.floorDiv(threshold + record.fleetSkew + 999L, 1000L))
 
   /**
    * The key's skew after a batch with rows, at Spark's global watermark `global`: the largest of
