@@ -219,11 +219,12 @@ def test_fleet_closing_matches_model(spark, tmp_path_factory, batches, skew_s):
 
 @pytest.mark.all_versions
 def test_fleet_closing_equals_spark_with_watermark_for_keys_in_step(spark, tmp_path):
-    """closing='fleet' on keys in step with the fleet (each has rows in every micro-batch, none
-    behind Spark's global watermark) emits what Spark's own withWatermark aggregation emits,
-    late rows included: a row Spark still takes by its one batch of grace (window end above the
-    watermark of the batch before) is on time for the fleet floor too, one older than that is
-    late for both; today's default (the key's own watermark) would drop the former."""
+    """closing='fleet' on keys in step with the fleet (rows in every micro-batch) emits what
+    Spark's own withWatermark aggregation emits, late rows included: a row Spark still takes by
+    its one batch of grace (window end above the watermark of the batch before) is on time for
+    the fleet floor too, one older than that is late for both; today's default (the key's own
+    watermark) drops the former. (The rows behind the fleet give their keys a skew, so their
+    windows close a batch or two after Spark's: the last batch moves the fleet past them.)"""
     def at(s):
         return BASE + s * SECOND
     batches = [
@@ -233,6 +234,7 @@ def test_fleet_closing_equals_spark_with_watermark_for_keys_in_step(spark, tmp_p
         [("a", at(38), 8.0, None, "x"), ("b", at(39), 9.0, None, "x"), ("a", at(9), 10.0, None, "x"),
          ("a", at(21), 11.0, None, "x")],
         [("a", at(52), 12.0, None, "x"), ("b", at(51), 13.0, None, "x"), ("b", at(28), 14.0, None, "x")],
+        [("a", at(80), 15.0, None, "x"), ("b", at(81), 16.0, None, "x")],
     ]
     rows, _ = run_ours(spark, tmp_path / "ours", batches, 5, closing="fleet")
     ours = Counter((r.device, r.start, tuple(r.temps)) for r in rows if r.kw_kind == "window")
