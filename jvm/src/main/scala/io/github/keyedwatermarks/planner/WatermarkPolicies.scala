@@ -2,8 +2,8 @@ package io.github.keyedwatermarks.planner
 
 import io.github.keyedwatermarks.spec.{DefaultSkew, KeyLateness, SkewOf, Unbounded, WatermarkSpec}
 import io.github.keyedwatermarks.watermark.{
-  AdaptiveLateness, ColumnLateness, FixedLateness, FleetFloor, GlobalWatermarkFloor, IdleAdvanceFloor, IdleRule, LatenessSource,
-  ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
+  AdaptiveLateness, ColumnLateness, FixedLateness, FleetFloor, GlobalWatermarkFloor, IdleAdvanceFloor, IdleRule,
+  LatenessSource, ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
 }
 
 /** The engine's watermark policy for a [[WatermarkSpec]] (what the operator reads on executors). */

@@ -70,7 +70,7 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     if (r == null) None
     else Some(StoredKey(
         withFleetSkew(new KeyRecord(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4),
-          r.getLong(5), r.getLong(6), r.getLong(7))),
+            r.getLong(5), r.getLong(6), r.getLong(7))),
         r.getLong(EventTimerOrdinal),
         codec.rows(r.getAs[Array[Byte]](OpenWindowsOrdinal), "the open windows in state"),
         r))
