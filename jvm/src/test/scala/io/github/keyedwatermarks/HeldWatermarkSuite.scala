@@ -90,7 +90,8 @@ class HeldWatermarkSuite extends AnyFunSuite {
     change(WatermarkSpec(Seq("k"), "ts", DurationOption("lateness", "0 seconds")))
 
   test("closing='fleet': the learnt skew, the floor behind Spark's watermark (capped at the key's max), end only") {
-    val spec = WatermarkSpec(Seq("k"), "t", DurationOption("lateness", "1 second"), maxSkew = SkewOf(100L), fleetClosing = true)
+    val spec =
+      WatermarkSpec(Seq("k"), "t", DurationOption("lateness", "1 second"), maxSkew = SkewOf(100L), fleetClosing = true)
     val policy = spec.policy
     val fleet = policy.fleet.get
     assert(policy.proposal == Proposal.ClockOnly && fleet.maxSkewMicros == 100L && policy.maxSkewMicros.contains(100L))
@@ -100,8 +101,10 @@ class HeldWatermarkSuite extends AnyFunSuite {
     assert(wm.record.fleetSkew == 30L && wm.record.fleetReference == 990L)
     assert(wm.advanceWithRows(Undefined, nowMs = 0L, globalWatermark = 990L) == 960L)
     assert(wm.applyFloors(0L, 5000L) == 4900L, "at the start only E - max_skew applies")
-    assert(wm.advanceWithoutRows(Undefined, 0L, 5000L) == 4900L, "the fleet floor (capped at the max, 1000) is below E - max_skew")
-    assert(fleet.floor(wm.record, 0L, 1010L) == 980L && fleet.floor(wm.record, 0L, 9000L) == 1000L, "E - skew, capped at the max event time")
+    assert(wm.advanceWithoutRows(Undefined, 0L, 5000L) == 4900L,
+      "the fleet floor (capped at the max, 1000) is below E - max_skew")
+    assert(fleet.floor(wm.record, 0L, 1010L) == 980L && fleet.floor(wm.record, 0L, 9000L) == 1000L,
+      "E - skew, capped at the max event time")
     fleet.learn(wm.record, Seq(7000L), global = 1150L) // ahead of E: the skew decays by (1150 - 990) / 16 = 10
     assert(wm.record.fleetSkew == 20L)
     fleet.learn(wm.record, Seq(7000L), global = 2000L)
