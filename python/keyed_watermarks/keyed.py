@@ -282,7 +282,10 @@ def keyed_watermark(
         (default: one hour, unless a processing-time policy or ``closing="global"`` is used);
         a key whose windows all closed leaves state. ``"unbounded"`` turns the bound off.
     :param closing: ``"keyed"`` (default) or ``"global"``: every key uses Spark's global
-        watermark (``withWatermark(event_time, lateness)``), for migration and A/B comparison.
+        watermark (``withWatermark(event_time, lateness)``), for migration and A/B comparison;
+        or ``"fleet"``: each key follows Spark's global watermark behind its own learnt skew
+        (a key in step with the fleet closes with it, a delayed key keeps its lag; see
+        docs/semantics.md, "Fleet closing"), ``max_skew`` bounding the skew.
     :param source: min of inputs: a column naming each row's source (gateway, link); the
         watermark is kept per (key, source) and the key's is their minimum.
     :param sources: the sources every key must hear from before it has a watermark

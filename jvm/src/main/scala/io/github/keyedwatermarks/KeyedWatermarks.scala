@@ -111,6 +111,12 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
   def withGlobalClosing(): KeyedWatermark = copy(spec.copy(globalClosing = true))
 
   /**
+   * closing='fleet': every key follows Spark's global watermark behind its own learnt skew
+   * (docs/semantics.md, "Fleet closing").
+   */
+  def withFleetClosing(): KeyedWatermark = copy(spec.copy(fleetClosing = true))
+
+  /**
    * Min of inputs: the watermark is kept per (key, source); the key's watermark is the minimum
    * over its sources, defined once every `expected` source (or, if none given, every source
    * seen) has reported; a source silent for `idleTimeout` stops holding the key back.

@@ -141,7 +141,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
      */
     def store(lateRows: Long): Unit = {
       record.lateRows += lateRows
-      if (windows.isEmpty && policy.releasesKeysWithoutWindows) release()
+      if (windows.isEmpty && policy.releasable(record, timerValues.getCurrentProcessingTimeInMs(),
+          globalWatermark(timerValues))) release()
       else {
         if (policy.usesGlobalWatermark) placeEventTimer()
         val open = windows.values
@@ -217,7 +218,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     while (rows.hasNext) {
       val partial = this.partial(rows.next())
       val start = partial.getLong(startOrdinal)
-      update.observe(partial)
+      update.observe(partial, start)
       if (isLate(start, watermarkAtStart)) {
         late += partial.getLong(layout.rows)
         keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
@@ -386,6 +387,11 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       }
       return out.iterator ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
     }
+    if (batch.windows.isEmpty && !policy.floors.forall(_.appliesAtStart)) {
+      // closing='fleet': a key kept without windows until the skew bound reached it leaves now.
+      batch.store(0L)
+      return Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
+    }
     val watermarkAtStart = update.atStart
     val watermarkNow = update.finish()
     val out = close(keyValues, batch, watermarkNow, watermarkAtStart)
@@ -414,8 +420,13 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    * (ms) will let the key's floor reach the threshold of its earliest open window.
    */
   private def eventTimer(record: KeyRecord, windows: mutable.LongMap[OpenWindow]): Option[Long] =
-    if (windows.isEmpty) None
-    else {
+    if (windows.isEmpty) {
+      // closing='fleet': a key kept without windows leaves when the floors that cover a returning
+      // key reach its watermark (WatermarkPolicy.releasable).
+      if (policy.floors.forall(_.appliesAtStart) || record.watermark == HeldWatermark.Undefined) None
+      else earliest(eventTimeFloors.filter(_.coversReturningKey).flatMap(_.reaches(record.watermark, record)))
+        .map(math.max(_, FirstEventTimerMs))
+    } else {
       val next = windows.values.iterator.map(_.threshold).min
       // Never at or below 0 ms: while Spark's global watermark is still 0 (no watermark yet, the
       // first batch) Spark fires such a timer at once, in the same batch, where it cannot close

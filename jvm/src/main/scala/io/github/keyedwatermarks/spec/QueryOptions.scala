@@ -68,7 +68,8 @@ object QueryOptions {
     if (clock != "event_time" && clock != "processing_time") o.fail(
       s"clock: expected 'event_time' or 'processing_time', got '$clock'")
     val closing = o.string("closing").getOrElse("keyed")
-    if (closing != "keyed" && closing != "global") o.fail(s"closing: expected 'keyed' or 'global', got '$closing'")
+    if (closing != "keyed" && closing != "global" && closing != "fleet") o.fail(
+      s"closing: expected 'keyed', 'global' or 'fleet', got '$closing'")
     val sourceColumn = o.column("source")
     if (sourceColumn.isEmpty && o.node("sources").isDefined) o.fail("sources: needs the source column (source=...)")
     if (sourceColumn.isEmpty && o.node("source_idle_timeout").isDefined) o.fail(
@@ -88,7 +89,8 @@ object QueryOptions {
       maxAheadMicros = o.string("max_ahead").fold(Option(WatermarkSpec.DefaultMaxAheadMicros))(WatermarkSpec.maxAhead),
       stuckAfterMicros = o.string("stuck_after").map(DurationOption.nonNegative("stuck_after", _).micros)
         .getOrElse(WatermarkSpec.DefaultStuckAfterMicros),
-      stageName = o.string("name"))
+      stageName = o.string("name"),
+      fleetClosing = closing == "fleet")
   }
 
   private def windows(o: Options): WindowSpec = (o.node("window"), o.node("session")) match {
