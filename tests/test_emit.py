@@ -123,3 +123,11 @@ def test_sessions_refuse_early_firings_for_now(spark, tmp_path):
     watermark = kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds")
     with pytest.raises(IllegalArgumentException, match="not supported for session windows yet"):
         watermark._windows({"session": {"gap": "10 seconds", "emit": "every_batch"}}, {})
+
+
+def test_rollup_refuses_a_stage_that_emits_panes(spark, tmp_path):
+    events = Replay(spark, tmp_path, schema=SCHEMA).stream()
+    panes = (kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds")
+             .window("10 seconds", emit="every_batch").agg(F.count("*").alias("n")))
+    with pytest.raises(TypeError, match="once per pane"):
+        kw.rollup(panes, key="device", source="device")

@@ -71,7 +71,7 @@ def check_against_final(rows, final, accumulation) -> None:
             assert sum(-p.n if p.kw_retraction else p.n for p in ps) == want[0]
 
 
-@settings(in_memory, max_examples=min(in_memory.max_examples, 40))
+@settings(in_memory, max_examples=min(in_memory.max_examples, 30))
 @given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_CHOICES_S),
        window=st.sampled_from([(10, None), (4, None), (10, 5), (6, 4)]), allowed_s=st.sampled_from([0, 0, 7]),
        strategy=st.sampled_from(STRATEGIES))
@@ -102,7 +102,7 @@ def test_panes_in_memory(harness, batches, lateness_s, window, allowed_s, strate
         assert all("kw_retraction" not in vars(r) for _, r in rows)
 
 
-@settings(in_memory, max_examples=min(in_memory.max_examples, 15))
+@settings(in_memory, max_examples=min(in_memory.max_examples, 10))
 @given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_CHOICES_S),
        accumulation=st.sampled_from(["accumulating", "discarding", "retracting"]))
 def test_every_batch_without_allowed_lateness_has_no_late_panes(harness, batches, lateness_s, accumulation):
