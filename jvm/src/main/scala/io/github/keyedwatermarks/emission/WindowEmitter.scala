@@ -3,7 +3,9 @@ package io.github.keyedwatermarks.emission
 import org.apache.spark.sql.{DataFrame, Row, functions => F}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, JoinedRow, UnsafeProjection}
-import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongType, StringType, StructType, TimestampType}
+import org.apache.spark.sql.types.{
+  BinaryType, BooleanType, IntegerType, LongType, StringType, StructType, TimestampType
+}
 import org.apache.spark.unsafe.types.UTF8String
 
 import io.github.keyedwatermarks.catalyst.{RowFromBytes, SparkInternals, UnsafeRowBytes}
@@ -52,7 +54,8 @@ private[keyedwatermarks] final class WindowEmitter(
       if (withRevision) aggregateSchema.add(RevisionColumn, IntegerType, nullable = false) else aggregateSchema
     val panes =
       if (!emission.withPaneColumns) base
-      else base.add(Pane.PaneColumn, StringType, nullable = false).add(Pane.PaneIndexColumn, IntegerType, nullable = false)
+      else
+        base.add(Pane.PaneColumn, StringType, nullable = false).add(Pane.PaneIndexColumn, IntegerType, nullable = false)
     if (emission.retracting) panes.add(Pane.RetractionColumn, BooleanType, nullable = false) else panes
   }
 

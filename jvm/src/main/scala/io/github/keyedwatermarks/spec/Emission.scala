@@ -58,12 +58,13 @@ object Emission {
   private val Accumulations = Seq(Accumulating, Discarding, Retracting)
 
   def when(text: String): When = Whens.find(_.name == text).getOrElse(OptionError(
-    s"emit: expected ${Whens.map(w => s"'${w.name}'").mkString(" or ")}, got '$text'" +
-      (if (text.trim.startsWith("every ")) " (emitting at most every interval of processing time is not supported yet)"
-       else "")))
+      s"emit: expected ${Whens.map(w => s"'${w.name}'").mkString(" or ")}, got '$text'" +
+        (if (text.trim.startsWith("every "))
+           " (emitting at most every interval of processing time is not supported yet)"
+         else "")))
 
   def accumulation(text: String): Accumulation = Accumulations.find(_.name == text).getOrElse(OptionError(
-    s"accumulation: expected ${Accumulations.map(a => s"'${a.name}'").mkString(", ")}, got '$text'"))
+      s"accumulation: expected ${Accumulations.map(a => s"'${a.name}'").mkString(", ")}, got '$text'"))
 
   /** The option values as the user wrote them (None: the default). */
   def of(emit: Option[String], accumulation: Option[String]): Emission =
