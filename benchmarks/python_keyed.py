@@ -119,6 +119,11 @@ def python_keyed_windows(
         "append",
         GroupStateTimeout.NoTimeout,
     )
+    return as_spark_columns(out)
+
+
+def as_spark_columns(out: DataFrame) -> DataFrame:
+    """A competitor's OUTPUT_SCHEMA rows as the columns of Spark's ``groupBy(key, window(ts))``."""
     return out.select(
         "device",
         F.struct(F.col("window_start").alias("start"), F.col("window_end").alias("end")).alias(

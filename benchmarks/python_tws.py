@@ -31,22 +31,15 @@ from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-OUTPUT_SCHEMA = (
-    "device STRING, window_start TIMESTAMP, window_end TIMESTAMP, n LONG, avg_temp DOUBLE"
-)
+from python_keyed import OUTPUT_SCHEMA, _micros, as_spark_columns
+
 META_SCHEMA = "max_ts LONG, late LONG, min_open LONG"
 WINDOW_KEY_SCHEMA = "start LONG"
 WINDOW_VALUE_SCHEMA = "n LONG, total DOUBLE, nonnull LONG"
 _NONE = np.iinfo(np.int64).max  # min_open when the key has no open window
-
-
-def _micros(ts: pd.Series) -> np.ndarray:
-    """Event times as int64 microseconds (Spark hands TIMESTAMP over as naive datetime64 in the
-    session time zone; the benchmark session uses UTC)."""
-    return ts.values.astype("datetime64[us]").astype(np.int64)
 
 
 def _as_ts(us: np.ndarray) -> np.ndarray:
@@ -149,11 +142,4 @@ def python_tws_windows(
         outputMode="Append",
         timeMode="None",
     )
-    return out.select(
-        "device",
-        F.struct(F.col("window_start").alias("start"), F.col("window_end").alias("end")).alias(
-            "window"
-        ),
-        "n",
-        "avg_temp",
-    )
+    return as_spark_columns(out)
