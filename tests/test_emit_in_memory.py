@@ -71,7 +71,7 @@ def check_against_final(rows, final, accumulation) -> None:
             assert sum(-p.n if p.kw_retraction else p.n for p in ps) == want[0]
 
 
-@settings(in_memory, max_examples=min(in_memory.max_examples, 30))
+@settings(in_memory, max_examples=min(in_memory.max_examples, 25))
 @given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_CHOICES_S),
        window=st.sampled_from([(10, None), (4, None), (10, 5), (6, 4)]), allowed_s=st.sampled_from([0, 0, 7]),
        strategy=st.sampled_from(STRATEGIES))
@@ -101,24 +101,7 @@ def test_panes_in_memory(harness, batches, lateness_s, window, allowed_s, strate
         assert all("kw_retraction" not in vars(r) for _, r in rows)
 
 
-@settings(in_memory, max_examples=min(in_memory.max_examples, 10))
-@given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_CHOICES_S),
-       accumulation=st.sampled_from(["accumulating", "discarding", "retracting"]))
-def test_every_batch_without_allowed_lateness_has_no_late_panes(harness, batches, lateness_s, accumulation):
-    # Without allowed lateness the on-time pane is each window's last: a sink can tell it.
-    spec = {"size": "10 seconds", "emit": "every_batch", "accumulation": accumulation}
-    out = pane_rows(run_in_memory(harness(options(lateness_s, window=spec), aggs()), batches, "window"))
-    model = run_model(batches, lateness_s * SECOND, 10 * SECOND, emit="every_batch", accumulation=accumulation,
-                      max_skew=None)
-    assert all(w.pane in ("early", "on_time") for w in model.emitted)
-    last = {}
-    for n, r in out:
-        last[(r.device, r.start)] = r
-    closed = {(w.key, w.start) for w in model.emitted if w.pane == "on_time"}
-    assert {k for k, r in last.items() if r.kw_pane == "on_time"} == closed
-
-
-@settings(in_memory, max_examples=200)
+@settings(in_memory, max_examples=100)
 @given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_CHOICES_S),
        window=st.sampled_from([(10, None), (10, 5)]), allowed_s=st.sampled_from([0, 7]))
 def test_model_panes_agree_with_final(batches, lateness_s, window, allowed_s):
@@ -135,6 +118,8 @@ def test_model_panes_agree_with_final(batches, lateness_s, window, allowed_s):
     for accumulation in ("accumulating", "discarding", "retracting"):
         model = run_model(batches, emit="every_batch", accumulation=accumulation, **args)
         assert model.late == final.late and model.open == final.open
+        if not allowed_s:  # the on-time pane is each window's last: a sink can tell it
+            assert {w.pane for w in model.emitted} <= {"early", "on_time"}
         net = defaultdict(Counter)
         for w in model.emitted:
             if accumulation == "discarding":
