@@ -31,7 +31,8 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  */
 private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType,
     policy: WatermarkPolicy,
-    windows: WindowAssigner) {
+    windows: WindowAssigner,
+    previousPaneSchema: Option[StructType] = None) {
   import KeyState._
 
   private val keyState: ValueState[Row] =
@@ -53,7 +54,7 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
   }
 
   /** The codec of one open window's row. */
-  val windowRows = new OpenWindowRows(bufferSchema)
+  val windowRows = new OpenWindowRows(bufferSchema, previousPaneSchema)
 
   // Stamped with this release; state of a newer release is refused naming both (StateRelease).
   private val codec = new UnsafeRowBytes.RowsCodec(windowRows.schema, describe(windows),
