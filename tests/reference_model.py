@@ -31,8 +31,14 @@ class Window:
     end: int
     batch: int  # micro-batch in which the window is emitted
     watermark_at_start: Optional[int]  # wm(key) at the start of that batch (None: undefined)
-    values: Tuple[Any, ...]  # the window's on-time values, in input order
-    revision: int = 0  # 0 for the first firing, then one more per late firing
+    values: Tuple[Any, ...]  # the window's on-time values, in input order (a pane: see below)
+    revision: int = 0  # 0 for the first firing, then one more per late firing (kw_pane_index)
+    # With emit != "final" (docs/semantics.md, "Panes and accumulation"): "early", "on_time" or
+    # "late"; `values` are the pane's (the window so far; with accumulation="discarding" the
+    # rows since the window's previous pane). A retraction (accumulation="retracting") repeats
+    # the previous pane's values, with the pane and index of the firing that replaces it.
+    pane: Optional[str] = None
+    retraction: bool = False
 
 
 @dataclass
@@ -133,6 +139,8 @@ def run_model(
     slide: Optional[int] = None,
     allowed: int = 0,
     max_skew: Optional[int] = DEFAULT_MAX_SKEW,
+    emit: str = "final",
+    accumulation: str = "accumulating",
     dedup: bool = False,
 ) -> ModelResult:
     """``slide`` (micros, <= size) makes the windows sliding; None means tumbling.
@@ -150,6 +158,14 @@ def run_model(
     open windows leaves state (watermark, max event time); after the last batch, Spark runs one
     more (no-data) batch if ``E`` advanced in it.
 
+    ``emit`` ("final" or "every_batch") and ``accumulation`` ("accumulating", "discarding",
+    "retracting"): panes. At the end of a batch a window fires its on-time pane when wm(k) >=
+    end for the first time (always, changed or not); after that a late pane per batch that
+    added rows to it; before that, with "every_batch", an early pane per batch that added rows
+    to it. A pane holds the window's values so far ("accumulating", "retracting": after a
+    retraction row repeating the previous pane) or those since its previous pane
+    ("discarding"). With emit="final" this is the rule of revisions above.
+
     ``dedup`` (docs/semantics.md, "Deduplication"): each row's fourth element is its dedup
     values. Before anything else, a row whose values its key already has (from an earlier row,
     in this batch or an earlier one) is a copy: counted in ``duplicates``, not aggregated, not
@@ -161,6 +177,9 @@ def run_model(
     """
     res = ModelResult()
     fired: Dict[Tuple[Hashable, int], int] = {}  # (key, start) -> revisions fired so far
+    on_time: set = set()  # (key, start) of the windows whose on-time pane fired
+    since: Dict[Tuple[Hashable, int], List[Any]] = {}  # (key, start) -> values since its last pane
+    last_pane: Dict[Tuple[Hashable, int], Tuple[Any, ...]] = {}  # (key, start) -> last pane's values
     max_time: Dict[Hashable, int] = {}  # key -> max event time seen (a key with state)
     held: Dict[Hashable, Optional[int]] = {}  # key -> held watermark (None: undefined)
     regressions: Dict[Hashable, int] = {}  # key -> attempted regressions since it has state
@@ -220,6 +239,7 @@ def run_model(
                 res.late_rows.append((n, key, t, value))
             for start in open_starts:
                 res.open.setdefault((key, start), []).append(value)
+                since.setdefault((key, start), []).append(value)
                 updated.add((key, start))
         # End of batch: advance the watermarks, then emit every window they passed.
         for key, t in batch_max.items():
@@ -235,14 +255,32 @@ def run_model(
             w = held.get(key)
             revision = fired.get((key, start), 0)
             due = w is not None and start + size <= w
-            if (revision == 0 and due) or (revision > 0 and (key, start) in updated):
-                res.emitted.append(Window(key, start, start + size, n, wm_start.get(key),
-                                          tuple(res.open[(key, start)]), revision))
+            changed = (key, start) in updated
+            if not due:
+                pane = "early" if emit == "every_batch" and changed else None
+            elif (key, start) not in on_time:
+                pane = "on_time"
+            else:
+                pane = "late" if changed else None
+            if pane is not None:
+                shown = None if emit == "final" else pane
+                values = tuple(since.get((key, start), [])) if accumulation == "discarding" else tuple(
+                    res.open[(key, start)])
+                if accumulation == "retracting" and (key, start) in last_pane:
+                    res.emitted.append(Window(key, start, start + size, n, wm_start.get(key),
+                                              last_pane[(key, start)], revision, shown, retraction=True))
+                res.emitted.append(Window(key, start, start + size, n, wm_start.get(key), values, revision, shown))
                 fired[(key, start)] = revision + 1
+                last_pane[(key, start)] = values
+                since[(key, start)] = []
+                if pane == "on_time":
+                    on_time.add((key, start))
                 info.handled.add(key)  # a key without rows: by its event-time timer
             if w is not None and start + size + allowed <= w:
                 del res.open[(key, start)]
-                fired.pop((key, start), None)
+                for d in (fired, since, last_pane):
+                    d.pop((key, start), None)
+                on_time.discard((key, start))
                 info.handled.add(key)
         for key in list(seen):
             w = held.get(key)

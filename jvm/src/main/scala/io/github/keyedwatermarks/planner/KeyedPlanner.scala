@@ -72,7 +72,7 @@ private[keyedwatermarks] object KeyedPlanner {
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(ref.analyzed, SparkInternals.output(projected.frame))
     val emitter = new WindowEmitter(ref.resultSchema, input.keys.map(ref.schema.fieldIndex).toArray,
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
-      withRevision = spec.windows.allowedLateness.isDefined)
+      withRevision = spec.windows.allowedLateness.isDefined && !spec.emission.withPaneColumns, spec.emission)
     val partials = PartialAggregation(projected.frame, input.keys.size, windows, aggregation,
       spec.aggregation.keepLateRows,
       keepEventTimes = policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
@@ -85,7 +85,8 @@ private[keyedwatermarks] object KeyedPlanner {
       dedup = spec.watermark.dedup.nonEmpty,
       keepLateRows = spec.aggregation.keepLateRows,
       aggregation = aggregation,
-      emitter = emitter)
+      emitter = emitter,
+      emission = spec.emission)
     val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
     val valid = InvalidRows.observe(partials.frame, PartialColumns.WindowStart, PartialColumns.Rows,
       withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows),
