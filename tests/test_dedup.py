@@ -71,7 +71,7 @@ def duplicates_per_batch_key(per_batch) -> Counter:
 
 # Fewer cases than the other in-memory rules (CI time), no shrinking (each step plans Spark jobs;
 # the notes show the model's view of a failing case).
-@settings(in_memory, max_examples=min(IN_MEMORY_CASES, 15), phases=[Phase.explicit, Phase.generate])
+@settings(in_memory, max_examples=min(IN_MEMORY_CASES, 10), phases=[Phase.explicit, Phase.generate])
 @given(batches=streams_with_copies(), lateness_s=st.sampled_from(LATENESS_CHOICES_S),
        window=st.sampled_from([(w, None) for w in WINDOW_CHOICES_S] + [(10, 5)]), allowed_s=st.sampled_from([0, 0, 7]))
 def test_dedup_in_memory_against_the_model(harness, batches, lateness_s, window, allowed_s):
