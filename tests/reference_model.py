@@ -10,7 +10,9 @@ None), lateness ``L``, window size ``S`` and optional slide in microseconds. Per
 - at the *end* of batch N, ``wm(k)`` advances with all of k's rows of the batch, then every
   open window of k with ``end <= wm(k)`` is emitted (in batch N) and dropped;
 - with ``max_skew`` no key's watermark trails Spark's global watermark by more than the skew,
-  and a key left without open windows leaves state (see ``run_model``).
+  and a key left without open windows leaves state (see ``run_model``);
+- with ``dedup`` rows carry a fourth element, their dedup values: a row whose values its key
+  already had within the key's horizon is a copy, dropped and counted (see ``run_model``).
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class ModelResult:
     open: Dict[Tuple[Hashable, int], List[Any]] = field(default_factory=dict)
     # (batch, key) of every key that left state at the end of that batch (max_skew)
     released: List[Tuple[int, Hashable]] = field(default_factory=list)
+    # (batch, key) -> rows of the key dropped as copies in that batch (dedup)
+    duplicates: Dict[Tuple[int, Hashable], int] = field(default_factory=dict)
     # (batch, key, attempted regressions so far, wm_N(key)) per batch whose proposal was held
     held: List[Tuple[int, Hashable, int, Optional[int]]] = field(default_factory=list)
     # per micro-batch, the keys it handled (rows, or windows closed by the floor: Spark's
@@ -137,6 +141,7 @@ def run_model(
     max_skew: Optional[int] = DEFAULT_MAX_SKEW,
     emit: str = "final",
     accumulation: str = "accumulating",
+    dedup: bool = False,
 ) -> ModelResult:
     """``slide`` (micros, <= size) makes the windows sliding; None means tumbling.
 
@@ -160,6 +165,15 @@ def run_model(
     to it. A pane holds the window's values so far ("accumulating", "retracting": after a
     retraction row repeating the previous pane) or those since its previous pane
     ("discarding"). With emit="final" this is the rule of revisions above.
+
+    ``dedup`` (docs/semantics.md, "Deduplication"): each row's fourth element is its dedup
+    values. Before anything else, a row whose values its key already has (from an earlier row,
+    in this batch or an earlier one) is a copy: counted in ``duplicates``, not aggregated, not
+    late, and it moves no watermark. Otherwise its values are remembered until the key's
+    watermark, at the end of a batch, reaches the watermark from which a row at the first
+    copy's time is late (its last window's end + ``allowed``); a key leaving state forgets them.
+    Which of several copies in one batch is kept is unspecified in the library: tests give such
+    copies equal times and values.
     """
     res = ModelResult()
     fired: Dict[Tuple[Hashable, int], int] = {}  # (key, start) -> revisions fired so far
@@ -170,6 +184,7 @@ def run_model(
     held: Dict[Hashable, Optional[int]] = {}  # key -> held watermark (None: undefined)
     regressions: Dict[Hashable, int] = {}  # key -> attempted regressions since it has state
     late_since: Dict[Hashable, int] = {}  # key -> late rows since it has state
+    seen: Dict[Hashable, Dict[Any, int]] = defaultdict(dict)  # key -> dedup values -> expiry (wm)
     global_max_ms: Optional[int] = None
 
     def raise_to(key: Hashable, value: Optional[int]) -> None:
@@ -196,10 +211,16 @@ def run_model(
         batch_max: Dict[Hashable, int] = {}
         updated = set()  # windows that got rows in this batch
         info = BatchKeys()
-        for key, t, value in batch:
+        for row in batch:
+            key, t, value = row[:3]
             if key is None or t is None:
                 res.invalid += 1
                 continue
+            if dedup:
+                if row[3] in seen[key]:
+                    res.duplicates[(n, key)] = res.duplicates.get((n, key), 0) + 1
+                    continue
+                seen[key][row[3]] = window_starts(t, size, slide)[0] + size + allowed
             # Spark's global watermark follows the valid rows only (docs/semantics.md).
             ms = t // 1000
             global_max_ms = ms if global_max_ms is None else max(global_max_ms, ms)
@@ -261,6 +282,9 @@ def run_model(
                     d.pop((key, start), None)
                 on_time.discard((key, start))
                 info.handled.add(key)
+        for key in list(seen):
+            w = held.get(key)
+            seen[key] = {v: e for v, e in seen[key].items() if w is None or e > w}
         info.with_rows = set(batch_max)
         info.handled |= info.with_rows
         if max_skew is not None:
@@ -270,6 +294,7 @@ def run_model(
                 del max_time[key]
                 regressions.pop(key, None)
                 late_since.pop(key, None)
+                seen.pop(key, None)
                 res.released.append((n, key))
                 info.released.add(key)
         for key in info.handled - info.released:

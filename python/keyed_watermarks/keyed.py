@@ -293,6 +293,7 @@ def keyed_watermark(
     max_ahead: Optional[Duration] = None,
     stuck_after: Optional[Duration] = None,
     name: Optional[str] = None,
+    dedup: Union[str, Sequence[str], None] = None,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
@@ -331,6 +332,11 @@ def keyed_watermark(
         are ``keyed_watermarks_input.<name>`` and ``keyed_watermarks_output.<name>``. Default:
         none for the query's first keyed stage (the plain names), the key columns joined with
         ``_`` for a later one (see docs/semantics.md, "Keyed stages in a pipeline").
+    :param dedup: per-key deduplication, as Spark's ``dropDuplicatesWithinWatermark(dedup)``
+        but on each key's own watermark: a row whose values of these columns (e.g. a packet
+        id) its key already had within the key's horizon is dropped before aggregation and
+        counted as ``duplicate_rows`` in :func:`metrics` (see docs/semantics.md,
+        "Deduplication"). Key columns may not be listed (deduplication is per key already).
 
     Bad input (unknown column, non-timestamp event time, bad or negative duration, options
     that cannot be combined) raises before any query starts.
@@ -397,6 +403,7 @@ def keyed_watermark(
             "max_ahead": _duration("max_ahead", max_ahead),
             "stuck_after": _duration("stuck_after", stuck_after),
             "name": name,
+            "dedup": None if dedup is None else _names("dedup", dedup),
         }
     )
     return KeyedWatermark._from_options(events, options, columns)

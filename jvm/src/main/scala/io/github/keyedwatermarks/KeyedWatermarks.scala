@@ -107,6 +107,17 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
    */
   def withName(name: String): KeyedWatermark = copy(spec.copy(stageName = Some(name)))
 
+  /**
+   * Per-key deduplication: a row whose values of `columns` the key already had within its
+   * horizon is dropped and counted (`duplicate_rows`), as Spark's
+   * `dropDuplicatesWithinWatermark(columns)` does with the global watermark
+   * (docs/semantics.md, "Deduplication").
+   */
+  def withDedup(columns: String*): KeyedWatermark = {
+    if (columns.isEmpty) io.github.keyedwatermarks.spec.OptionError("dedup: expected a non-empty list of columns")
+    copy(spec.copy(dedup = columns))
+  }
+
   /** Every key uses Spark's global watermark (`withWatermark(eventTime, lateness)`). */
   def withGlobalClosing(): KeyedWatermark = copy(spec.copy(globalClosing = true))
 

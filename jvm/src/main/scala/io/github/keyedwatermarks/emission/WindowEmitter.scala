@@ -143,11 +143,12 @@ private[keyedwatermarks] final class WindowEmitter(
    * The key's state after a micro-batch (or timer) that handled it, for the per-batch metrics
    * (internal: observed, then dropped; see [[KeyMetricsColumn]]).
    */
-  def keyMetrics(key: InternalRow, flags: Int, openWindows: Int, watermark: Long, lag: Long): Row = {
+  def keyMetrics(key: InternalRow, flags: Int, openWindows: Int, watermark: Long, lag: Long,
+      duplicates: Long = 0L): Row = {
     val values = keyed(key, KeyKind, HeldWatermark.Undefined)
     values(outputSchema.length - 1) =
       InternalRow(flags, openWindows, if (watermark == HeldWatermark.Undefined) null else watermark,
-        if (lag == HeldWatermark.Undefined) null else lag)
+        if (lag == HeldWatermark.Undefined) null else lag, duplicates)
     out(new GenericInternalRow(values))
   }
 
@@ -210,6 +211,8 @@ private[keyedwatermarks] object WindowEmitter {
     .add("open_windows", IntegerType, nullable = false)
     .add("watermark", LongType, nullable = true)
     .add("lag", LongType, nullable = true)
+    // Rows dropped as copies (dedup) in the call.
+    .add("duplicates", LongType, nullable = false)
   val HadRows = 1
   val WasNew = 2
   val Released = 4

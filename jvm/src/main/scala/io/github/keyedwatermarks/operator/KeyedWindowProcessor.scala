@@ -4,7 +4,7 @@ import scala.collection.mutable
 
 import org.apache.spark.sql.Row
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.JoinedRow
+import org.apache.spark.sql.catalyst.expressions.{JoinedRow, UnsafeRow}
 import org.apache.spark.sql.streaming.{ExpiredTimerInfo, OutputMode, StatefulProcessor, TimeMode, TimerValues}
 import org.apache.spark.sql.types.StructType
 
@@ -31,7 +31,9 @@ private[keyedwatermarks] final case class OperatorPlan(
     aggregation: CatalystAggregation,
     emitter: WindowEmitter,
     /** When windows fire and what repeated panes hold (emission.Firing). */
-    emission: Emission = Emission.Default)
+    emission: Emission = Emission.Default,
+    /** Per-key deduplication (option `dedup`): partials carry their row's dedup values. */
+    dedup: Boolean = false)
 
 /**
  * The keyed-watermark windowed aggregation, run by `transformWithState` (never with Spark
@@ -70,14 +72,26 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    * own start is (an on-time row can then never touch a session that already left state: that
    * needs end + A <= wm, and an on-time row's t > wm - A would have to be <= end).
    */
-  private def isLate(start: Long, wm: Long): Boolean = plan.windows match {
-    case w: AlignedWindows => ClosedWindows.closedBy(w.windowEnd(start) + plan.allowedLatenessMicros, wm)
-    case _: SessionWindows => ClosedWindows.closedBy(start + plan.allowedLatenessMicros, wm)
+  private def isLate(start: Long, wm: Long): Boolean = ClosedWindows.closedBy(lateFrom(start), wm)
+
+  /** The watermark from which a partial starting at `start` is late. */
+  private def lateFrom(start: Long): Long = plan.windows match {
+    case w: AlignedWindows => w.windowEnd(start) + plan.allowedLatenessMicros
+    case _: SessionWindows => start + plan.allowedLatenessMicros
+  }
+
+  /**
+   * With dedup: whether the partial is a copy of a row the key already has within its horizon
+   * (see state.DedupEntries); the row's values are remembered until a row at its time is late.
+   */
+  private def duplicate(partial: InternalRow, start: Long): Boolean = state.dedupEntries.exists { d =>
+    val values = partial.getStruct(layout.dedup, layout.dedupWidth).asInstanceOf[UnsafeRow].getBytes
+    d.duplicate(values, partial.getLong(layout.dedupPartition), lateFrom(start))
   }
 
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
     state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows,
-      if (plan.emission.retracting) Some(plan.emitter.aggregateSchema) else None)
+      if (plan.emission.retracting) Some(plan.emitter.aggregateSchema) else None, plan.dedup)
   }
 
   /** Spark's global watermark in microseconds (only with max_skew / closing='global'). */
@@ -146,6 +160,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       globalWatermark(timerValues))
     /** Whether the key left state in this call. */
     var released = false
+    /** Rows dropped as copies (dedup) in this call. */
+    var duplicates = 0L
 
     /** The aligned window starting at `start`, opened if needed. */
     def window(aligned: AlignedWindows, start: Long): OpenWindow =
@@ -161,6 +177,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       if (windows.isEmpty && policy.releasable(record, timerValues.getCurrentProcessingTimeInMs(),
           globalWatermark(timerValues))) release()
       else {
+        state.dedupEntries.foreach(_.flush(record.watermark))
         if (policy.usesGlobalWatermark) placeEventTimer()
         val open = windows.values
         val earliest = if (open.isEmpty) HeldWatermark.Undefined else open.iterator.map(_.start).min
@@ -236,11 +253,17 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     while (rows.hasNext) {
       val partial = this.partial(rows.next())
       val start = partial.getLong(startOrdinal)
-      update.observe(partial, start)
-      if (isLate(start, watermarkAtStart)) {
-        late += partial.getLong(layout.rows)
-        keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
-      } else add(batch, partial, start)
+      // A copy (dedup) is dropped before anything else: not aggregated, not late, and it does
+      // not move the watermark; copies dropped within the partition are counted too.
+      if (plan.dedup) batch.duplicates += partial.getLong(layout.duplicates)
+      if (plan.dedup && duplicate(partial, start)) batch.duplicates += partial.getLong(layout.rows)
+      else {
+        update.observe(partial, start)
+        if (isLate(start, watermarkAtStart)) {
+          late += partial.getLong(layout.rows)
+          keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
+        } else add(batch, partial, start)
+      }
     }
     val emitted = close(keyValues, batch, update.finish(), watermarkAtStart)
     batch.store(late)
@@ -293,7 +316,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     val global = globalWatermark(timerValues)
     val lag = if (global == HeldWatermark.Undefined || wm == HeldWatermark.Undefined) HeldWatermark.Undefined
     else HeldWatermark.saturatingMinus(global, wm)
-    plan.emitter.keyMetrics(keyValues, flags, if (batch.released) 0 else batch.windows.size, wm, lag)
+    plan.emitter.keyMetrics(keyValues, flags, if (batch.released) 0 else batch.windows.size, wm, lag,
+      batch.duplicates)
   }
 
   /** Emits a kept late row per original row of a late partial. */

@@ -9,7 +9,9 @@ import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
 import io.github.keyedwatermarks.partials.{PartialAggregation, PartialColumns}
 import io.github.keyedwatermarks.emission.{KeyMetrics, WindowEmitter}
-import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap}
+import io.github.keyedwatermarks.input.{
+  DedupColumns, DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap
+}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
 import io.github.keyedwatermarks.spec._
 import io.github.keyedwatermarks.watermark.{AdaptiveLateness, WatermarkPolicy}
@@ -80,6 +82,7 @@ private[keyedwatermarks] object KeyedPlanner {
       windows = windows,
       policy = policy,
       allowedLatenessMicros = spec.windows.allowedLateness.fold(0L)(_.micros),
+      dedup = spec.watermark.dedup.nonEmpty,
       keepLateRows = spec.aggregation.keepLateRows,
       aggregation = aggregation,
       emitter = emitter,
@@ -202,7 +205,8 @@ private[keyedwatermarks] object KeyedPlanner {
     val policyColumns =
       lateness.map(c => F.coalesce(c, F.lit(w.lateness.micros)).as(PartialColumns.Lateness)).toSeq ++
         source.map(_.as(PartialColumns.Source)).toSeq ++
-        sessionEnd.map(_.as(PartialColumns.RowSessionEnd)).toSeq
+        sessionEnd.map(_.as(PartialColumns.RowSessionEnd)).toSeq ++
+        (if (w.dedup.isEmpty) Nil else Seq(DedupColumns.values(input, w.dedup).as(PartialColumns.Dedup)))
     ProjectedInput(input, aggregateInputs, spec.aggregation.keepLateRows, policyColumns, source, sessionEnd,
       lateness, w.maxAheadMicros)
   }

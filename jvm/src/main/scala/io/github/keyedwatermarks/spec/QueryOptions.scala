@@ -22,7 +22,7 @@ object QueryOptions {
 
   private val WatermarkOptions = Set("key", "event_time", "lateness", "idle_timeout", "key_lateness",
     "adaptive_lateness", "clock", "advance_when_idle", "max_skew", "closing", "sources", "source_idle_timeout",
-    "max_ahead", "stuck_after", "name")
+    "max_ahead", "stuck_after", "name", "dedup")
   private val QueryLevel = WatermarkOptions ++ Set("window", "session", "report", "keep_late_rows")
   private val ColumnOptions = Set("key_lateness", "source", "gap")
 
@@ -97,7 +97,8 @@ object QueryOptions {
       stuckAfterMicros = o.string("stuck_after").map(DurationOption.nonNegative("stuck_after", _).micros)
         .getOrElse(WatermarkSpec.DefaultStuckAfterMicros),
       stageName = o.string("name"),
-      fleetClosing = closing == "fleet")
+      fleetClosing = closing == "fleet",
+      dedup = o.strings("dedup").getOrElse(Nil))
   }
 
   private def windows(o: Options): WindowSpec = (o.node("window"), o.node("session")) match {

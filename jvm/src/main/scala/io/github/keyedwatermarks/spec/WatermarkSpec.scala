@@ -25,7 +25,13 @@ final case class WatermarkSpec(
     /** The stage's name in its metrics (default: see planner.KeyedStages.stageName). */
     stageName: Option[String] = None,
     /** closing='fleet': each key follows Spark's global watermark behind its learnt skew. */
-    fleetClosing: Boolean = false) {
+    fleetClosing: Boolean = false,
+    /**
+     * Per-key deduplication: a row of a key whose values of these columns were already seen
+     * for the key, within the key's horizon, is dropped and counted (docs/semantics.md,
+     * "Deduplication"). Empty: off.
+     */
+    dedup: Seq[String] = Nil) {
 
   /** The options that follow the wall clock (processing-time timers). */
   private[keyedwatermarks] def followsWallClock: Boolean =

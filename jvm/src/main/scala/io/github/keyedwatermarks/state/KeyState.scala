@@ -26,13 +26,15 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  *  - `lateness_sketch` (adaptive lateness only): the quantile sketch of how far rows trail;
  *  - `source_watermarks` (min of inputs only): source -> (max event time, last arrival);
  *  - `fleet_skew` (closing='fleet' only): the key's learnt skew and its reference (FleetFloor).
+ *  - `dedup_seen` (dedup only): the key's dedup values seen within its horizon ([[DedupEntries]]).
  * Optional variables are registered only when their policy is on, so other queries pay nothing.
  * Field names are Avro-safe, as the state store's schema handling requires.
  */
 private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType,
     policy: WatermarkPolicy,
     windows: WindowAssigner,
-    previousPaneSchema: Option[StructType] = None) {
+    previousPaneSchema: Option[StructType] = None,
+    dedup: Boolean = false) {
   import KeyState._
 
   private val keyState: ValueState[Row] =
@@ -52,6 +54,8 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
       Some(handle.getMapState("source_watermarks", Encoders.STRING, Encoders.row(SourceSchema), TTLConfig.NONE))
     case Proposal.OwnRows(_) | Proposal.ClockOnly => None
   }
+
+  val dedupEntries: Option[DedupEntries] = if (dedup) Some(new DedupEntries(handle)) else None
 
   /** The codec of one open window's row. */
   val windowRows = new OpenWindowRows(bufferSchema, previousPaneSchema)
@@ -118,6 +122,7 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     sketchState.foreach(_.clear())
     fleetState.foreach(_.clear())
     sources.foreach(_.clear())
+    dedupEntries.foreach(_.clear())
   }
 }
 
