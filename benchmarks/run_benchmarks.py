@@ -123,6 +123,12 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--keyed-options", default=None, metavar="JSON",
                    help="more keyword arguments of kw.keyed_watermark for the keyed method, e.g. "
                         "'{\"max_skew\": \"unbounded\"}' (A/B a policy against the defaults)")
+    p.add_argument("--keyed-window-options", default=None, metavar="JSON",
+                   help="more keyword arguments of .window(...) for the keyed method, e.g. "
+                        "'{\"emit\": \"every_batch\"}' (early panes; with --output-mode update)")
+    p.add_argument("--output-mode", default="append", choices=["append", "update"],
+                   help="output mode of the native and keyed methods (update: Spark's update mode "
+                        "against keyed early panes)")
     p.add_argument("--jar", default=None,
                    help="use this keyed-watermarks jar instead of the bundled one (A/B a core "
                         "change without reinstalling)")
@@ -174,6 +180,9 @@ def main(argv: List[str]) -> int:
         raise SystemExit(f"tws_floor: no benchmarks/jmh jar; {BUILD_HINT}")
     if args.keyed_options:  # more keyword arguments of kw.keyed_watermark for the keyed method
         methods_mod.KEYED_OPTIONS.update(json.loads(args.keyed_options))
+    if args.keyed_window_options:  # more keyword arguments of .window(...) for the keyed method
+        methods_mod.KEYED_WINDOW_OPTIONS.update(json.loads(args.keyed_window_options))
+    methods_mod.OUTPUT_MODE = args.output_mode
     if args.latency:
         return main_latency(args, methods, argv)
     if args.with_flink and not FLINK_PYTHON.exists():

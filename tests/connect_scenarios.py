@@ -91,7 +91,18 @@ QUERIES: Dict[str, Callable[[DataFrame], DataFrame]] = {
     .window("10 seconds")
     .agg_with_report(*_aggs(), keep_late_rows=True),
     "allowed_lateness": lambda e: _keyed(e).window("10 seconds", allowed_lateness="20 seconds").agg(*_aggs()),
+    # Per-key dedup: a device's later rows through a gateway it already used are copies until
+    # the first row's window closes.
+    "dedup": lambda e: _keyed(e, dedup=["gw"]).window("10 seconds").agg_with_report(*_aggs(), keep_late_rows=True),
+    # A pipeline: per device, then rolled up over the whole fleet (min of the devices).
+    "rollup": lambda e: kw.rollup(_keyed(e).window("10 seconds").agg(*_aggs()).withColumn("fleet", F.lit("all")),
+                                  key="fleet", source="device")
+    .window("10 seconds")
+    .agg(F.sum("n").alias("n"), F.max("hottest").alias("hottest")),
 }
+
+# The stage whose windows a query writes, when it has several (kw.metrics' "stages", by name).
+OUTPUT_STAGE = {"rollup": "fleet"}
 
 
 def replay(spark: SparkSession, root: Path) -> DataFrame:

@@ -15,6 +15,18 @@ only read with ``sources``). Per key the *held* watermark never moves backward:
   until every expected source has reported. A proposal below ``wm_N(k)`` is held and counted;
 - then every open window of every key with ``end <= wm(k)`` is emitted in batch N, and (with a
   floor) a key left without open windows leaves state;
+- with ``closing='fleet'`` (``fleet``): no proposal from the key's rows; each key learns a *skew*
+  ``s(k)`` and follows the *fleet floor* ``E - s(k)``. At the end of a batch with rows of k (once
+  ``E_N`` is defined): ``s(k) = min(max_skew, max(0, needed, s_old - (E_N - ref) // FLEET_DECAY))``
+  with ``needed`` the max over the windows the batch's rows of k fall in of ``E_N - t``, ``t``
+  the window's latest row of the batch (late rows included), and ``ref`` Spark's ``E`` at the
+  key's previous batch with rows; then ``ref = E_N`` and the watermark is raised to
+  ``min(E_N - s(k), M(k))`` (never past the key's max event time). A key without rows whose
+  earliest open window's end is ``<= min(E_N - s(k), M(k))`` (its event-time timer) is raised to it too. The
+  fleet floor is not applied at the start of a batch (only ``E_N - max_skew`` is), so rows are
+  judged against the fleet floor of an earlier batch (Spark's batch of grace). A key without
+  open windows leaves state once ``E_N - max_skew`` has reached its watermark (it returns at that
+  floor, with no skew);
 - with ``idle_timeout`` T (processing time; no skew floor then), after the batch's rows: a key
   whose last batch with rows is at least T before the batch's processing time ``P`` is idle:
   its open windows are emitted in batch N, its watermark is raised to their ends (so their
@@ -47,6 +59,12 @@ class Policy:
     max_skew: Optional[int] = DEFAULT_MAX_SKEW  # None: unbounded (max_skew="unbounded")
     global_closing: bool = False
     idle_timeout: Optional[int] = None  # micros of processing time (then max_skew must be None)
+    fleet: bool = False  # closing='fleet' (max_skew: the bound of the learnt skew, default an hour)
+
+
+# closing='fleet': a key's learnt skew falls by at most 1/FLEET_DECAY of the fleet's progress
+# (Spark's global watermark) between two of its batches with rows.
+FLEET_DECAY = 16
 
 
 @dataclass
@@ -94,6 +112,11 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
     skew = None if policy.global_closing else policy.max_skew
     uses_global = policy.global_closing or skew is not None
     global_max_ms: Optional[int] = None
+    if policy.fleet:
+        assert skew is not None and not policy.global_closing and policy.idle_timeout is None
+        assert policy.adaptive is None and policy.sources is None and not policy.column_lateness
+    fleet_skew: Dict[Hashable, int] = {}
+    fleet_ref: Dict[Hashable, int] = {}  # Spark's E at the key's last batch with rows
 
     def floor_of(key: Hashable, e: Optional[int]) -> Optional[int]:
         if e is None:
@@ -140,7 +163,7 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
             if key in max_t:
                 m = max(m, max_t[key])
             max_t[key] = m
-            if policy.global_closing:
+            if policy.global_closing or policy.fleet:
                 proposal = None
             else:
                 if policy.adaptive is not None:
@@ -169,9 +192,26 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
                 res.held[(n, key)] = (counts[key], wm_start[key])
             raise_to(key, proposal)
             raise_to(key, floor_of(key, e))  # with the key's lateness of this batch
+            if policy.fleet and e is not None:
+                latest: Dict[int, int] = {}  # per window of the batch, its latest row (the partial's max)
+                for r in rows:
+                    latest[r[1] - r[1] % size] = max(latest.get(r[1] - r[1] % size, r[1]), r[1])
+                needed = max(e - t for t in latest.values())
+                old = fleet_skew.get(key)
+                decayed = 0 if old is None else old - (e - fleet_ref[key]) // FLEET_DECAY
+                fleet_skew[key] = min(skew, max(0, needed, decayed))
+                fleet_ref[key] = e
+                raise_to(key, min(e - fleet_skew[key], max_t[key]))
             if processing_ms is not None:
                 last_arrival[key] = processing_ms[n]
                 quiet_since.pop(key, None)
+        if policy.fleet and e is not None:  # the event-time timers of keys without rows
+            earliest: Dict[Hashable, int] = {}
+            for k, start in open_windows:
+                earliest[k] = min(earliest.get(k, start + size), start + size)
+            for key, end in earliest.items():
+                if key not in rows_by_key and key in fleet_skew and e - fleet_skew[key] >= end:
+                    raise_to(key, min(e - fleet_skew[key], max_t[key]))
         for (key, start) in sorted(open_windows, key=repr):
             w = held.get(key)
             if w is not None and start + size <= w:
@@ -185,8 +225,10 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
             # sources, counts); a returning key starts at the floor.
             with_windows = {k for k, _ in open_windows}
             for key in sorted(known - with_windows, key=repr):
+                if policy.fleet and (e is None or (held.get(key) is not None and held[key] > e - skew)):
+                    continue  # kept (with its skew) until the floor it would return at reaches it
                 known.discard(key)
-                for d in (held, max_t, key_lateness, trails, source_max, counts):
+                for d in (held, max_t, key_lateness, trails, source_max, counts, fleet_skew, fleet_ref):
                     d.pop(key, None)
                 res.released.append((n, key))
         res.state_keys.append(len(known))

@@ -10,7 +10,9 @@ None), lateness ``L``, window size ``S`` and optional slide in microseconds. Per
 - at the *end* of batch N, ``wm(k)`` advances with all of k's rows of the batch, then every
   open window of k with ``end <= wm(k)`` is emitted (in batch N) and dropped;
 - with ``max_skew`` no key's watermark trails Spark's global watermark by more than the skew,
-  and a key left without open windows leaves state (see ``run_model``).
+  and a key left without open windows leaves state (see ``run_model``);
+- with ``dedup`` rows carry a fourth element, their dedup values: a row whose values its key
+  already had within the key's horizon is a copy, dropped and counted (see ``run_model``).
 """
 
 from __future__ import annotations
@@ -29,8 +31,14 @@ class Window:
     end: int
     batch: int  # micro-batch in which the window is emitted
     watermark_at_start: Optional[int]  # wm(key) at the start of that batch (None: undefined)
-    values: Tuple[Any, ...]  # the window's on-time values, in input order
-    revision: int = 0  # 0 for the first firing, then one more per late firing
+    values: Tuple[Any, ...]  # the window's on-time values, in input order (a pane: see below)
+    revision: int = 0  # 0 for the first firing, then one more per late firing (kw_pane_index)
+    # With emit != "final" (docs/semantics.md, "Panes and accumulation"): "early", "on_time" or
+    # "late"; `values` are the pane's (the window so far; with accumulation="discarding" the
+    # rows since the window's previous pane). A retraction (accumulation="retracting") repeats
+    # the previous pane's values, with the pane and index of the firing that replaces it.
+    pane: Optional[str] = None
+    retraction: bool = False
 
 
 @dataclass
@@ -47,6 +55,8 @@ class ModelResult:
     open: Dict[Tuple[Hashable, int], List[Any]] = field(default_factory=dict)
     # (batch, key) of every key that left state at the end of that batch (max_skew)
     released: List[Tuple[int, Hashable]] = field(default_factory=list)
+    # (batch, key) -> rows of the key dropped as copies in that batch (dedup)
+    duplicates: Dict[Tuple[int, Hashable], int] = field(default_factory=dict)
     # (batch, key, attempted regressions so far, wm_N(key)) per batch whose proposal was held
     held: List[Tuple[int, Hashable, int, Optional[int]]] = field(default_factory=list)
     # per micro-batch, the keys it handled (rows, or windows closed by the floor: Spark's
@@ -129,6 +139,9 @@ def run_model(
     slide: Optional[int] = None,
     allowed: int = 0,
     max_skew: Optional[int] = DEFAULT_MAX_SKEW,
+    emit: str = "final",
+    accumulation: str = "accumulating",
+    dedup: bool = False,
 ) -> ModelResult:
     """``slide`` (micros, <= size) makes the windows sliding; None means tumbling.
 
@@ -144,13 +157,34 @@ def run_model(
     rows (Spark's event-time timers fire in the batch). At the end of a batch a key left without
     open windows leaves state (watermark, max event time); after the last batch, Spark runs one
     more (no-data) batch if ``E`` advanced in it.
+
+    ``emit`` ("final" or "every_batch") and ``accumulation`` ("accumulating", "discarding",
+    "retracting"): panes. At the end of a batch a window fires its on-time pane when wm(k) >=
+    end for the first time (always, changed or not); after that a late pane per batch that
+    added rows to it; before that, with "every_batch", an early pane per batch that added rows
+    to it. A pane holds the window's values so far ("accumulating", "retracting": after a
+    retraction row repeating the previous pane) or those since its previous pane
+    ("discarding"). With emit="final" this is the rule of revisions above.
+
+    ``dedup`` (docs/semantics.md, "Deduplication"): each row's fourth element is its dedup
+    values. Before anything else, a row whose values its key already has (from an earlier row,
+    in this batch or an earlier one) is a copy: counted in ``duplicates``, not aggregated, not
+    late, and it moves no watermark. Otherwise its values are remembered until the key's
+    watermark, at the end of a batch, reaches the watermark from which a row at the first
+    copy's time is late (its last window's end + ``allowed``); a key leaving state forgets them.
+    Which of several copies in one batch is kept is unspecified in the library: tests give such
+    copies equal times and values.
     """
     res = ModelResult()
     fired: Dict[Tuple[Hashable, int], int] = {}  # (key, start) -> revisions fired so far
+    on_time: set = set()  # (key, start) of the windows whose on-time pane fired
+    since: Dict[Tuple[Hashable, int], List[Any]] = {}  # (key, start) -> values since its last pane
+    last_pane: Dict[Tuple[Hashable, int], Tuple[Any, ...]] = {}  # (key, start) -> last pane's values
     max_time: Dict[Hashable, int] = {}  # key -> max event time seen (a key with state)
     held: Dict[Hashable, Optional[int]] = {}  # key -> held watermark (None: undefined)
     regressions: Dict[Hashable, int] = {}  # key -> attempted regressions since it has state
     late_since: Dict[Hashable, int] = {}  # key -> late rows since it has state
+    seen: Dict[Hashable, Dict[Any, int]] = defaultdict(dict)  # key -> dedup values -> expiry (wm)
     global_max_ms: Optional[int] = None
 
     def raise_to(key: Hashable, value: Optional[int]) -> None:
@@ -177,10 +211,16 @@ def run_model(
         batch_max: Dict[Hashable, int] = {}
         updated = set()  # windows that got rows in this batch
         info = BatchKeys()
-        for key, t, value in batch:
+        for row in batch:
+            key, t, value = row[:3]
             if key is None or t is None:
                 res.invalid += 1
                 continue
+            if dedup:
+                if row[3] in seen[key]:
+                    res.duplicates[(n, key)] = res.duplicates.get((n, key), 0) + 1
+                    continue
+                seen[key][row[3]] = window_starts(t, size, slide)[0] + size + allowed
             # Spark's global watermark follows the valid rows only (docs/semantics.md).
             ms = t // 1000
             global_max_ms = ms if global_max_ms is None else max(global_max_ms, ms)
@@ -199,6 +239,7 @@ def run_model(
                 res.late_rows.append((n, key, t, value))
             for start in open_starts:
                 res.open.setdefault((key, start), []).append(value)
+                since.setdefault((key, start), []).append(value)
                 updated.add((key, start))
         # End of batch: advance the watermarks, then emit every window they passed.
         for key, t in batch_max.items():
@@ -214,15 +255,36 @@ def run_model(
             w = held.get(key)
             revision = fired.get((key, start), 0)
             due = w is not None and start + size <= w
-            if (revision == 0 and due) or (revision > 0 and (key, start) in updated):
-                res.emitted.append(Window(key, start, start + size, n, wm_start.get(key),
-                                          tuple(res.open[(key, start)]), revision))
+            changed = (key, start) in updated
+            if not due:
+                pane = "early" if emit == "every_batch" and changed else None
+            elif (key, start) not in on_time:
+                pane = "on_time"
+            else:
+                pane = "late" if changed else None
+            if pane is not None:
+                shown = None if emit == "final" else pane
+                values = tuple(since.get((key, start), [])) if accumulation == "discarding" else tuple(
+                    res.open[(key, start)])
+                if accumulation == "retracting" and (key, start) in last_pane:
+                    res.emitted.append(Window(key, start, start + size, n, wm_start.get(key),
+                                              last_pane[(key, start)], revision, shown, retraction=True))
+                res.emitted.append(Window(key, start, start + size, n, wm_start.get(key), values, revision, shown))
                 fired[(key, start)] = revision + 1
+                last_pane[(key, start)] = values
+                since[(key, start)] = []
+                if pane == "on_time":
+                    on_time.add((key, start))
                 info.handled.add(key)  # a key without rows: by its event-time timer
             if w is not None and start + size + allowed <= w:
                 del res.open[(key, start)]
-                fired.pop((key, start), None)
+                for d in (fired, since, last_pane):
+                    d.pop((key, start), None)
+                on_time.discard((key, start))
                 info.handled.add(key)
+        for key in list(seen):
+            w = held.get(key)
+            seen[key] = {v: e for v, e in seen[key].items() if w is None or e > w}
         info.with_rows = set(batch_max)
         info.handled |= info.with_rows
         if max_skew is not None:
@@ -232,6 +294,7 @@ def run_model(
                 del max_time[key]
                 regressions.pop(key, None)
                 late_since.pop(key, None)
+                seen.pop(key, None)
                 res.released.append((n, key))
                 info.released.add(key)
         for key in info.handled - info.released:

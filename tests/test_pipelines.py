@@ -16,6 +16,7 @@ One test per row of the issue's table, each of which failed on the main branch o
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -322,3 +323,40 @@ def test_stage_names_and_watermark_upstream_are_checked(spark, workdir: Path) ->
     with pytest.raises(Exception, match=r"max_skew='unbounded'"):
         kw.rollup(unbounded, key="device", source="device").window("1 minute").agg(F.sum("n"))
     kw.rollup(unbounded, key="device", source="device", max_skew="unbounded").window("1 minute").agg(F.sum("n"))
+
+
+def test_union_and_from_json_before_the_keyed_stage(spark, workdir: Path) -> None:
+    """The join test's stream through a union of two sources, and as JSON strings parsed by
+    ``from_json``: the same windows as the stream without them, which Spark's batch ``groupBy``
+    over its on-time rows gives. The three queries run at once (one wait for all)."""
+    plain, first, second, text = (Replay(spark, workdir / n, s) for n, s in [
+        ("plain", SCHEMA), ("a", SCHEMA), ("b", SCHEMA), ("json", "value STRING")])
+    for rows in JOIN_BATCHES:
+        plain.add(rows)
+        # Every batch has rows in both sources, so the union's micro-batches are the plain ones.
+        first.add([r for r in rows if r[0] in ("d0", "d2")])
+        second.add([r for r in rows if r[0] in ("d1", "dx")])
+        text.add([(json.dumps({"device": d, "ts": t.isoformat(), "kwh": k, "seq": s}),) for d, t, k, s in rows])
+    parsed = text.stream().select(F.from_json("value", SCHEMA).alias("e")).select("e.*")
+    inputs = {"plain": plain.stream(), "union": first.stream().unionByName(second.stream()), "from_json": parsed}
+    aggs = (F.count("*").alias("n"), F.sum("kwh").alias("kwh"))
+    got: Dict[str, list] = {name: [] for name in inputs}
+    queries = [
+        kw.keyed_watermark(events, key="device", event_time="ts", lateness="0 seconds").window("1 minute").agg(*aggs)
+        .writeStream.foreachBatch(lambda b, _, out=got[name]: out.extend(b.collect()))
+        .option("checkpointLocation", str(workdir / f"checkpoint-{name}")).trigger(availableNow=True).start()
+        for name, events in inputs.items()
+    ]
+    for q in queries:
+        q.awaitTermination()
+        assert q.exception() is None, q.exception()
+    # Oracle: d1's row at 5 s in the last batch is late (d1's watermark is 70 s); a window is
+    # emitted once its key's watermark (max event time) passed its end.
+    on_time = [r for b in JOIN_BATCHES[:2] for r in b] + [r for r in JOIN_BATCHES[2] if r[3] != 3 or r[0] != "d1"]
+    max_ts = {d: max(r[1] for b in JOIN_BATCHES for r in b if r[0] == d) for d in ("d0", "d1", "d2", "dx")}
+    oracle = spark.createDataFrame(on_time, SCHEMA).groupBy("device", F.window("ts", "1 minute")).agg(*aggs)
+    expected = sorted(tuple(r) for r in oracle.collect()
+                      if r["window"]["end"] <= max_ts[r["device"]].replace(tzinfo=None))
+    assert len(expected) == 4
+    for name, rows in got.items():
+        assert sorted(map(tuple, rows)) == expected, name

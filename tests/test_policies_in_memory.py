@@ -1,7 +1,7 @@
 """The watermark policies (docs/semantics.md, "Watermark policies" and "Idle keys"), in memory,
 against the policy model (tests/policy_model.py), with at least 100 generated cases per policy:
 per-key lateness (a column or a mapping), adaptive lateness, min of sources, the skew bound
-(max_skew, with per-key or adaptive lateness), closing='global' and idle_timeout.
+(max_skew, with per-key or adaptive lateness), closing='global', closing='fleet' and idle_timeout.
 
 Each case drives the operator over the in-memory state store and timers of Spark's TwsTester
 (jvm/src/test/scala/.../testing/OperatorHarness.scala), micro-batch by micro-batch, with the
@@ -39,7 +39,7 @@ DEFAULT = "default"
 def options(lateness_s: int, skew_s=None, **policy) -> Dict[str, Any]:
     o = {"key": ["device"], "event_time": "ts", "lateness": f"{lateness_s} seconds", "report": True,
          "window": {"size": f"{WINDOW_S} seconds"}, **policy}
-    if skew_s != DEFAULT and "idle_timeout" not in policy and "closing" not in policy:
+    if skew_s != DEFAULT and "idle_timeout" not in policy and policy.get("closing") != "global":
         o["max_skew"] = "unbounded" if skew_s is None else f"{skew_s} seconds"
     return o
 
@@ -164,6 +164,17 @@ def test_global_closing_in_memory(harness, batches, lateness_s, numeric):
     """closing='global': every key closes on Spark's global watermark, through its timers."""
     policy = Policy(lateness_s * SECOND, global_closing=True)
     run_case(harness, batches, lateness_s, policy, numeric, options(lateness_s, closing="global"))
+
+
+@in_memory
+@given(batches=policy_stream(max_rows=40), lateness_s=st.sampled_from([0, 5]),
+       skew_s=st.sampled_from([0, 20, 60, DEFAULT]), numeric=st.booleans())
+def test_fleet_closing_in_memory(harness, batches, lateness_s, skew_s, numeric):
+    """closing='fleet': each key learns how far behind Spark's global watermark its rows arrive
+    and follows that watermark behind its skew (applied at the end of a batch and by timers, not
+    at the start); a key without windows stays until max_skew's floor reaches its watermark."""
+    policy = Policy(lateness_s * SECOND, max_skew=model_skew(skew_s), fleet=True)
+    run_case(harness, batches, lateness_s, policy, numeric, options(lateness_s, skew_s, closing="fleet"))
 
 
 IDLE_S = 10

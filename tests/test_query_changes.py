@@ -31,6 +31,8 @@ CHANGES = {
                                 .agg_with_report(*sq._aggs()), None),
     "max_skew added": (lambda e: keyed(e, max_skew="8 seconds").window("10 seconds")
                        .agg_with_report(*sq._aggs()), None),
+    "dedup added": (lambda e: keyed(e, dedup=["temp", "gw"]).window("10 seconds")
+                    .agg_with_report(*sq._aggs()), None),
     "aggregate added": (lambda e: keyed(e).window("10 seconds").agg_with_report(
         *sq._aggs(), F.min("temp").alias("lo")), "written for another schema (other aggregates"),
     "window size changed": (lambda e: keyed(e).window("20 seconds").agg_with_report(*sq._aggs()),

@@ -205,6 +205,56 @@ def test_global_closing_equals_spark_with_watermark(spark, tmp_path):
     assert len(ours) >= 6
 
 
+@spark_examples(4)
+@given(batches=policy_stream(), skew_s=st.sampled_from([20, 3600]))
+def test_fleet_closing_matches_model(spark, tmp_path_factory, batches, skew_s):
+    """closing='fleet': every key follows Spark's global watermark behind its learnt skew."""
+    model = run_policy_model(batches, WINDOW_S * SECOND, Policy(5 * SECOND, max_skew=skew_s * SECOND, fleet=True))
+    note(f"model={model}")
+    rows, progress = run_ours(spark, tmp_path_factory.mktemp("fleet"), batches, 5, closing="fleet",
+                              max_skew=f"{skew_s} seconds")
+    check(rows, progress, model, batches)
+    assert len(progress) == model.batches
+
+
+@pytest.mark.all_versions
+def test_fleet_closing_equals_spark_with_watermark_for_keys_in_step(spark, tmp_path):
+    """closing='fleet' on keys in step with the fleet (rows in every micro-batch) emits what
+    Spark's own withWatermark aggregation emits, late rows included: a row Spark still takes by
+    its one batch of grace (window end above the watermark of the batch before) is on time for
+    the fleet floor too, one older than that is late for both; today's default (the key's own
+    watermark) drops the former. (The rows behind the fleet give their keys a skew, so their
+    windows close a batch or two after Spark's: the last batch moves the fleet past them.)"""
+    def at(s):
+        return BASE + s * SECOND
+    batches = [
+        [("a", at(1), 1.0, None, "x"), ("b", at(2), 2.0, None, "x")],
+        [("a", at(14), 3.0, None, "x"), ("b", at(15), 4.0, None, "x")],
+        [("a", at(27), 5.0, None, "x"), ("b", at(26), 6.0, None, "x"), ("b", at(12), 7.0, None, "x")],
+        [("a", at(38), 8.0, None, "x"), ("b", at(39), 9.0, None, "x"), ("a", at(9), 10.0, None, "x"),
+         ("a", at(21), 11.0, None, "x")],
+        [("a", at(52), 12.0, None, "x"), ("b", at(51), 13.0, None, "x"), ("b", at(28), 14.0, None, "x")],
+        [("a", at(80), 15.0, None, "x"), ("b", at(81), 16.0, None, "x")],
+    ]
+    rows, _ = run_ours(spark, tmp_path / "ours", batches, 5, closing="fleet")
+    ours = Counter((r.device, r.start, tuple(r.temps)) for r in rows if r.kw_kind == "window")
+    late = sum(r.kw_late_rows for r in rows if r.kw_kind == "late")
+
+    replay = Replay(spark, tmp_path / "spark", schema=SCHEMA)
+    replay.add_all([[(k, ts(t), v, None, s) for k, t, v, _, s in b] for b in batches])
+    native = (replay.stream().withWatermark("ts", "5 seconds")
+              .groupBy("device", F.window("ts", f"{WINDOW_S} seconds"))
+              .agg(F.sort_array(F.collect_list("temp")).alias("temps")))
+    run_to_end(native, tmp_path / "spark" / "out", tmp_path / "spark" / "checkpoint")
+    theirs = Counter((r.device, r.start, tuple(r.temps)) for r in spark.read.schema(native.schema)
+                     .parquet(str(tmp_path / "spark" / "out"))
+                     .select("device", F.unix_micros("window.start").alias("start"), "temps").collect())
+    assert ours == theirs
+    assert late == 1 and len(ours) >= 8
+    model = run_policy_model(batches, WINDOW_S * SECOND, Policy(5 * SECOND))
+    assert sum(model.late.values()) > late  # the default's own watermark drops more
+
+
 @pytest.mark.parametrize("options, message", [
     ({"clock": "wall"}, "clock"),
     ({"closing": "fastest"}, "closing"),
@@ -228,6 +278,9 @@ def test_bad_policy_options_raise_before_start(spark, tmp_path, options, message
     ({"adaptive_lateness": kw.AdaptiveLateness(0.9, min="1 minute", max="1 second")}, "adaptive_lateness.min"),
     ({"adaptive_lateness": kw.AdaptiveLateness(1.5)}, "quantile"),
     ({"max_skew": "-1 second"}, "max_skew"),
+    ({"closing": "fleet", "key_lateness": {"a": "1 second"}}, "closing='fleet'"),
+    ({"closing": "fleet", "max_skew": "unbounded"}, "closing='fleet'.*unbounded"),
+    ({"closing": "fleet", "idle_timeout": "1 minute"}, "closing='fleet'"),
 ])
 def test_policy_conflicts_raise_before_start(spark, tmp_path, options, message):
     from pyspark.errors import AnalysisException

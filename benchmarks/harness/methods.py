@@ -37,6 +37,12 @@ def aggregates():
 
 # More keyword arguments of kw.keyed_watermark for the keyed method (--keyed-options).
 KEYED_OPTIONS: Dict[str, Any] = {}
+# More keyword arguments of .window(...) for the keyed method (--keyed-window-options), e.g.
+# emit="every_batch" (early panes: docs/semantics.md, "Panes and accumulation").
+KEYED_WINDOW_OPTIONS: Dict[str, Any] = {}
+# The output mode of native and keyed (--output-mode): "update" compares early panes with
+# Spark's own update mode on the same stream.
+OUTPUT_MODE = "append"
 
 
 def result_frame(method: str, events: DataFrame) -> DataFrame:
@@ -46,7 +52,7 @@ def result_frame(method: str, events: DataFrame) -> DataFrame:
                 .groupBy("device", F.window("ts", WINDOW)).agg(*aggregates()))
     if method == "keyed":
         return (kw.keyed_watermark(events, key="device", event_time="ts", lateness=LATENESS, **KEYED_OPTIONS)
-                .window(WINDOW).agg(*aggregates()))
+                .window(WINDOW, **KEYED_WINDOW_OPTIONS).agg(*aggregates()))
     if method == "python":
         return python_keyed_windows(events, LATENESS_US, WINDOW_US)
     if method == "python_tws":
@@ -55,7 +61,9 @@ def result_frame(method: str, events: DataFrame) -> DataFrame:
 
 
 def writer_for(method: str, events: DataFrame) -> DataStreamWriter:
-    if method in ("native", "keyed") + PYTHON_METHODS:
+    if method in ("native", "keyed"):
+        return result_frame(method, events).writeStream.format("noop").outputMode(OUTPUT_MODE)
+    if method in PYTHON_METHODS:
         return result_frame(method, events).writeStream.format("noop").outputMode("append")
     if method == "tws_floor":
         return floor.floor_frame(events).writeStream.format("noop").outputMode("append")

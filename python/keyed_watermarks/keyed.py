@@ -46,6 +46,13 @@ def _bool(option: str, value: Any) -> bool:
     return value
 
 
+def _choice(option: str, value: Any) -> Optional[str]:
+    """One of an option's names (the JVM checks which are known)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise PySparkTypeError(message=f"{option}: expected a string, got {type(value).__name__}")
+
+
 def _drop_none(options: Mapping[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
@@ -176,6 +183,8 @@ class KeyedWatermark:
         size: Duration,
         slide: Optional[Duration] = None,
         allowed_lateness: Optional[Duration] = None,
+        emit: Optional[str] = None,
+        accumulation: Optional[str] = None,
     ) -> KeyedWindow:
         """Windows of ``size`` per key: tumbling, or sliding every ``slide``.
 
@@ -194,12 +203,35 @@ class KeyedWatermark:
         ...            .agg(F.count("*").alias("n")))
         >>> sliding.columns
         ['device', 'window', 'n', 'revision']
+
+        ``emit`` says when a window fires: ``"final"`` (the default, as above) or
+        ``"every_batch"``: also an *early* pane at the end of every micro-batch that changed the
+        window, before its key's watermark passes its end. Each result row then says which
+        firing it is: ``kw_pane`` (``'early'``, ``'on_time'`` (exactly one per window, when
+        the watermark passes its end) or ``'late'`` (within ``allowed_lateness``)) and
+        ``kw_pane_index`` (0, 1, 2, ... per window; it replaces ``revision``).
+        ``accumulation`` says what a pane holds: ``"accumulating"`` (the default: the whole
+        window so far), ``"discarding"`` (only the rows since the window's previous pane; the
+        panes of a window add up to its final value) or ``"retracting"`` (the whole window,
+        after a row with ``kw_retraction`` true that repeats the previous pane, so that a sink
+        that adds rows, subtracting retractions, stays right). Write it with
+        ``outputMode("append")`` or ``outputMode("update")`` (each batch has at most one pane
+        per window, its latest value); see docs/semantics.md, "Panes and accumulation".
+
+        >>> early = (kw.keyed_watermark(events, key="device", event_time="ts",
+        ...                             lateness="5 seconds")
+        ...          .window("1 minute", emit="every_batch", accumulation="retracting")
+        ...          .agg(F.count("*").alias("n")))
+        >>> early.columns
+        ['device', 'window', 'n', 'kw_pane', 'kw_pane_index', 'kw_retraction']
         """
         window = _drop_none(
             {
                 "size": _duration("window", size),
                 "slide": _duration("slide", slide),
                 "allowed_lateness": _duration("allowed_lateness", allowed_lateness),
+                "emit": _choice("emit", emit),
+                "accumulation": _choice("accumulation", accumulation),
             }
         )
         return self._windows({"window": window}, {})
@@ -261,6 +293,7 @@ def keyed_watermark(
     max_ahead: Optional[Duration] = None,
     stuck_after: Optional[Duration] = None,
     name: Optional[str] = None,
+    dedup: Union[str, Sequence[str], None] = None,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
@@ -282,7 +315,10 @@ def keyed_watermark(
         (default: one hour, unless a processing-time policy or ``closing="global"`` is used);
         a key whose windows all closed leaves state. ``"unbounded"`` turns the bound off.
     :param closing: ``"keyed"`` (default) or ``"global"``: every key uses Spark's global
-        watermark (``withWatermark(event_time, lateness)``), for migration and A/B comparison.
+        watermark (``withWatermark(event_time, lateness)``), for migration and A/B comparison;
+        or ``"fleet"``: each key follows Spark's global watermark behind its own learnt skew
+        (a key in step with the fleet closes with it, a delayed key keeps its lag; see
+        docs/semantics.md, "Fleet closing"), ``max_skew`` bounding the skew.
     :param source: min of inputs: a column naming each row's source (gateway, link); the
         watermark is kept per (key, source) and the key's is their minimum.
     :param sources: the sources every key must hear from before it has a watermark
@@ -296,6 +332,11 @@ def keyed_watermark(
         are ``keyed_watermarks_input.<name>`` and ``keyed_watermarks_output.<name>``. Default:
         none for the query's first keyed stage (the plain names), the key columns joined with
         ``_`` for a later one (see docs/semantics.md, "Keyed stages in a pipeline").
+    :param dedup: per-key deduplication, as Spark's ``dropDuplicatesWithinWatermark(dedup)``
+        but on each key's own watermark: a row whose values of these columns (e.g. a packet
+        id) its key already had within the key's horizon is dropped before aggregation and
+        counted as ``duplicate_rows`` in :func:`metrics` (see docs/semantics.md,
+        "Deduplication"). Key columns may not be listed (deduplication is per key already).
 
     Bad input (unknown column, non-timestamp event time, bad or negative duration, options
     that cannot be combined) raises before any query starts.
@@ -362,6 +403,7 @@ def keyed_watermark(
             "max_ahead": _duration("max_ahead", max_ahead),
             "stuck_after": _duration("stuck_after", stuck_after),
             "name": name,
+            "dedup": None if dedup is None else _names("dedup", dedup),
         }
     )
     return KeyedWatermark._from_options(events, options, columns)

@@ -72,6 +72,11 @@ def rollup(
             message="windows: a stage with allowed_lateness emits revisions of a window; rolling them "
             "up would count a window once per revision: roll up a stage without allowed_lateness"
         )
+    if "kw_pane" in columns:
+        raise PySparkTypeError(
+            message="windows: a stage with emit='every_batch' emits several panes of a window; rolling them "
+            "up would count a window once per pane: roll up a stage with emit='final'"
+        )
     if ROLLUP_TIME in columns:
         raise PySparkTypeError(message=f"windows: the rollup adds the column '{ROLLUP_TIME}', which it already has")
     for option in ("event_time", "source"):

@@ -107,8 +107,25 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
    */
   def withName(name: String): KeyedWatermark = copy(spec.copy(stageName = Some(name)))
 
+  /**
+   * Per-key deduplication: a row whose values of `columns` the key already had within its
+   * horizon is dropped and counted (`duplicate_rows`), as Spark's
+   * `dropDuplicatesWithinWatermark(columns)` does with the global watermark
+   * (docs/semantics.md, "Deduplication").
+   */
+  def withDedup(columns: String*): KeyedWatermark = {
+    if (columns.isEmpty) io.github.keyedwatermarks.spec.OptionError("dedup: expected a non-empty list of columns")
+    copy(spec.copy(dedup = columns))
+  }
+
   /** Every key uses Spark's global watermark (`withWatermark(eventTime, lateness)`). */
   def withGlobalClosing(): KeyedWatermark = copy(spec.copy(globalClosing = true))
+
+  /**
+   * closing='fleet': every key follows Spark's global watermark behind its own learnt skew
+   * (docs/semantics.md, "Fleet closing").
+   */
+  def withFleetClosing(): KeyedWatermark = copy(spec.copy(fleetClosing = true))
 
   /**
    * Min of inputs: the watermark is kept per (key, source); the key's watermark is the minimum
@@ -164,8 +181,21 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
 
 /** Windows per key; `agg` builds the streaming result. */
 final class KeyedWindow private[keyedwatermarks] (events: DataFrame, watermark: WatermarkSpec,
-    val windows: WindowSpec) {
+    val windows: WindowSpec, val emission: Emission = Emission.Default) {
   SpecChecks.windows(windows, events)
+  emission.validate(windows)
+
+  /**
+   * When windows fire: "final" (the default: once, when the key's watermark passes the
+   * window's end, plus revisions within allowed lateness) or "every_batch" (also an early pane
+   * at the end of every micro-batch that changed the window); and what repeated panes hold:
+   * "accumulating" (the whole window), "discarding" (the rows since the last pane) or
+   * "retracting" (the whole window, after a row withdrawing the last pane). Adds `kw_pane` and
+   * `kw_pane_index` (and `kw_retraction`) to the result: docs/semantics.md, "Panes and
+   * accumulation".
+   */
+  def emit(when: String, accumulation: String = Emission.Accumulating.name): KeyedWindow =
+    new KeyedWindow(events, watermark, windows, Emission.of(Some(when), Some(accumulation)))
 
   /**
    * Append-mode result with exactly the columns of
@@ -175,7 +205,7 @@ final class KeyedWindow private[keyedwatermarks] (events: DataFrame, watermark: 
    */
   def agg(aggs: Column*): DataFrame = KeyedPlanner.plan(events,
     KeyedQuerySpec(watermark, windows,
-      AggregationSpec(aggs)))
+      AggregationSpec(aggs), emission))
 
   /**
    * The result rows plus report rows: adds `kw_kind` ("window" or "late"), `kw_late_rows` and
@@ -188,7 +218,8 @@ final class KeyedWindow private[keyedwatermarks] (events: DataFrame, watermark: 
    * with the partials, so this costs throughput.
    */
   def aggWithReport(keepLateRows: Boolean, aggs: Column*): DataFrame = KeyedPlanner.plan(events,
-    KeyedQuerySpec(watermark, windows, AggregationSpec(aggs, withReport = true, keepLateRows = keepLateRows)))
+    KeyedQuerySpec(watermark, windows, AggregationSpec(aggs, withReport = true, keepLateRows = keepLateRows),
+      emission))
 
   def aggWithReport(aggs: Column*): DataFrame = aggWithReport(keepLateRows = false, aggs: _*)
 }

@@ -89,6 +89,35 @@ class HeldWatermarkSuite extends AnyFunSuite {
   private def spec(change: WatermarkSpec => WatermarkSpec = identity) =
     change(WatermarkSpec(Seq("k"), "ts", DurationOption("lateness", "0 seconds")))
 
+  test("closing='fleet': the learnt skew, the floor behind Spark's watermark (capped at the key's max), end only") {
+    val spec =
+      WatermarkSpec(Seq("k"), "t", DurationOption("lateness", "1 second"), maxSkew = SkewOf(100L), fleetClosing = true)
+    val policy = spec.policy
+    val fleet = policy.fleet.get
+    assert(policy.proposal == Proposal.ClockOnly && fleet.maxSkewMicros == 100L && policy.maxSkewMicros.contains(100L))
+    val wm = new HeldWatermark(policy, HeldWatermark.freshRecord(spec.lateness.micros))
+    wm.observe(1000L)
+    fleet.learn(wm.record, Seq(960L, 1000L), global = 990L) // the oldest window's latest row: 30 behind
+    assert(wm.record.fleetSkew == 30L && wm.record.fleetReference == 990L)
+    assert(wm.advanceWithRows(Undefined, nowMs = 0L, globalWatermark = 990L) == 960L)
+    assert(wm.applyFloors(0L, 5000L) == 4900L, "at the start only E - max_skew applies")
+    assert(wm.advanceWithoutRows(Undefined, 0L, 5000L) == 4900L,
+      "the fleet floor (capped at the max, 1000) is below E - max_skew")
+    assert(fleet.floor(wm.record, 0L, 1010L) == 980L && fleet.floor(wm.record, 0L, 9000L) == 1000L,
+      "E - skew, capped at the max event time")
+    fleet.learn(wm.record, Seq(7000L), global = 1150L) // ahead of E: the skew decays by (1150 - 990) / 16 = 10
+    assert(wm.record.fleetSkew == 20L)
+    fleet.learn(wm.record, Seq(7000L), global = 2000L)
+    assert(wm.record.fleetSkew == 0L, "at least 0")
+    fleet.learn(wm.record, Seq(0L), global = 2000L)
+    assert(wm.record.fleetSkew == 100L, "at most max_skew")
+    assert(fleet.reaches(950L, wm.record).contains(2L) && fleet.reaches(8000L, wm.record).isEmpty)
+    wm.record.watermark = 1500L
+    assert(!policy.releasable(wm.record, 0L, 1550L) && policy.releasable(wm.record, 0L, 1600L),
+      "a key without windows leaves once E - max_skew reaches its watermark")
+    assert(WatermarkSpec(Seq("k"), "t", DurationOption("lateness", "1 second")).policy.releasable(wm.record, 0L, 1550L))
+  }
+
   test("the default skew bound: an hour, unless a processing-time policy or closing='global' is used") {
     val idle = Some(DurationOption("idle_timeout", "1 second"))
     assert(spec().policy.maxSkewMicros.contains(3600L * 1000 * 1000))

@@ -13,6 +13,7 @@ import org.apache.spark.sql.{Column, DataFrame, functions => F}
  *    watermark (the most advanced keys' watermark), in seconds, negative for a key ahead of it;
  *    without a global watermark (max_skew="unbounded", processing-time policies) the highest
  *    watermark among those keys stands in for it;
+ *  - `duplicate_rows`: rows dropped as copies of a row the key already had (option `dedup`);
  *  - `stuck_keys`: those trailing Spark's global watermark by more than `stuck_after` (null
  *    without a global watermark).
  * With a global watermark, p50 and p95 are within 0.4% of a lag of that rank (LagQuantiles);
@@ -49,6 +50,7 @@ private[keyedwatermarks] object KeyMetrics {
       flagged(WasNew).as("keys_new"),
       flagged(Released).as("keys_released"),
       F.coalesce(F.sum(m.getField("open_windows")), F.lit(0L)).as("open_windows"),
+      F.coalesce(F.sum(m.getField("duplicates")), F.lit(0L)).as("duplicate_rows"),
       seconds(F.min(lag), F.when(highest.isNotNull, F.lit(0L))).as("watermark_lag_min_s"),
       quantile(0.5, 1).as("watermark_lag_p50_s"),
       quantile(0.95, 2).as("watermark_lag_p95_s"),

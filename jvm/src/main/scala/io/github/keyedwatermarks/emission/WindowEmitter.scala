@@ -3,12 +3,15 @@ package io.github.keyedwatermarks.emission
 import org.apache.spark.sql.{DataFrame, Row, functions => F}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, JoinedRow, UnsafeProjection}
-import org.apache.spark.sql.types.{BinaryType, IntegerType, LongType, StringType, StructType, TimestampType}
+import org.apache.spark.sql.types.{
+  BinaryType, BooleanType, IntegerType, LongType, StringType, StructType, TimestampType
+}
 import org.apache.spark.unsafe.types.UTF8String
 
 import io.github.keyedwatermarks.catalyst.{RowFromBytes, SparkInternals, UnsafeRowBytes}
 import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.input
+import io.github.keyedwatermarks.spec.Emission
 import io.github.keyedwatermarks.watermark.HeldWatermark
 
 /**
@@ -33,16 +36,31 @@ import io.github.keyedwatermarks.watermark.HeldWatermark
  * (strings decoded to Java and encoded again, a Row per struct; benchmarks/results/profile.md).
  */
 private[keyedwatermarks] final class WindowEmitter(
-    aggregateSchema: StructType,
+    val aggregateSchema: StructType,
     keyOrdinalsInResult: Array[Int],
     lateRowSchema: Option[StructType],
-    withRevision: Boolean)
+    withRevision: Boolean,
+    emission: Emission = Emission.Default)
     extends Serializable {
   import WindowEmitter._
 
-  /** The result columns: those of groupBy().agg(), plus `revision` with allowed lateness. */
-  val resultSchema: StructType =
-    if (withRevision) aggregateSchema.add(RevisionColumn, IntegerType, nullable = false) else aggregateSchema
+  /**
+   * The result columns: those of groupBy().agg(), plus `revision` with allowed lateness, or,
+   * when panes are emitted, `kw_pane` and `kw_pane_index` (which replaces `revision`), and
+   * `kw_retraction` when retracting.
+   */
+  val resultSchema: StructType = {
+    val base =
+      if (withRevision) aggregateSchema.add(RevisionColumn, IntegerType, nullable = false) else aggregateSchema
+    val panes =
+      if (!emission.withPaneColumns) base
+      else
+        base.add(Pane.PaneColumn, StringType, nullable = false).add(Pane.PaneIndexColumn, IntegerType, nullable = false)
+    if (emission.retracting) panes.add(Pane.RetractionColumn, BooleanType, nullable = false) else panes
+  }
+
+  /** The result columns after groupBy().agg()'s: `revision` or the pane columns. */
+  private val addedResultColumns = resultSchema.length - aggregateSchema.length
 
   /**
    * Report rows ("late", "watermark", ...) leave the result columns other than the keys null,
@@ -78,13 +96,21 @@ private[keyedwatermarks] final class WindowEmitter(
 
   private def watermarkValue(wm: Long): Any = if (wm == HeldWatermark.Undefined) null else wm
 
-  /** An emitted window: `result` has the groupBy().agg() columns; `revision` counts firings. */
-  def window(result: InternalRow, revision: Int, watermark: Long): Row = {
-    val offset = if (withRevision) 1 else 0
-    val report = new Array[Any](reportWidth + offset)
-    if (withRevision) report(0) = revision
-    report(offset) = WindowKind
-    report(offset + 2) = watermarkValue(watermark)
+  /**
+   * An emitted window: `result` has the groupBy().agg() columns; `index` counts its earlier
+   * firings (`revision`, or `kw_pane_index` with `pane` when panes are emitted); `retraction`
+   * marks a row that withdraws the pane `index` (accumulation='retracting').
+   */
+  def window(result: InternalRow, pane: Pane, index: Int, retraction: Boolean, watermark: Long): Row = {
+    val report = new Array[Any](reportWidth + addedResultColumns)
+    if (withRevision) report(0) = index
+    if (emission.withPaneColumns) {
+      report(0) = pane.utf8
+      report(1) = index
+    }
+    if (emission.retracting) report(2) = retraction
+    report(addedResultColumns) = WindowKind
+    report(addedResultColumns + 2) = watermarkValue(watermark)
     out(joined(result, new GenericInternalRow(report)))
   }
 
@@ -117,11 +143,12 @@ private[keyedwatermarks] final class WindowEmitter(
    * The key's state after a micro-batch (or timer) that handled it, for the per-batch metrics
    * (internal: observed, then dropped; see [[KeyMetricsColumn]]).
    */
-  def keyMetrics(key: InternalRow, flags: Int, openWindows: Int, watermark: Long, lag: Long): Row = {
+  def keyMetrics(key: InternalRow, flags: Int, openWindows: Int, watermark: Long, lag: Long,
+      duplicates: Long = 0L): Row = {
     val values = keyed(key, KeyKind, HeldWatermark.Undefined)
     values(outputSchema.length - 1) =
       InternalRow(flags, openWindows, if (watermark == HeldWatermark.Undefined) null else watermark,
-        if (lag == HeldWatermark.Undefined) null else lag)
+        if (lag == HeldWatermark.Undefined) null else lag, duplicates)
     out(new GenericInternalRow(values))
   }
 
@@ -184,6 +211,8 @@ private[keyedwatermarks] object WindowEmitter {
     .add("open_windows", IntegerType, nullable = false)
     .add("watermark", LongType, nullable = true)
     .add("lag", LongType, nullable = true)
+    // Rows dropped as copies (dedup) in the call.
+    .add("duplicates", LongType, nullable = false)
   val HadRows = 1
   val WasNew = 2
   val Released = 4

@@ -4,14 +4,15 @@ import scala.collection.mutable
 
 import org.apache.spark.sql.Row
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.JoinedRow
+import org.apache.spark.sql.catalyst.expressions.{JoinedRow, UnsafeRow}
 import org.apache.spark.sql.streaming.{ExpiredTimerInfo, OutputMode, StatefulProcessor, TimeMode, TimerValues}
 import org.apache.spark.sql.types.StructType
 
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, UnsafeRowBytes}
 import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 import io.github.keyedwatermarks.partials.PartialLayout
-import io.github.keyedwatermarks.emission.WindowEmitter
+import io.github.keyedwatermarks.emission.{Firing, Pane, WindowEmitter}
+import io.github.keyedwatermarks.spec.Emission
 import io.github.keyedwatermarks.state.{KeyState, StoredKey}
 import io.github.keyedwatermarks.watermark.{
   ClosedWindows, EventTimeClock, HeldWatermark, KeyRecord, ProcessingTimeClock, WatermarkPolicy
@@ -28,7 +29,11 @@ private[keyedwatermarks] final case class OperatorPlan(
     allowedLatenessMicros: Long,
     keepLateRows: Boolean,
     aggregation: CatalystAggregation,
-    emitter: WindowEmitter)
+    emitter: WindowEmitter,
+    /** When windows fire and what repeated panes hold (emission.Firing). */
+    emission: Emission = Emission.Default,
+    /** Per-key deduplication (option `dedup`): partials carry their row's dedup values. */
+    dedup: Boolean = false)
 
 /**
  * The keyed-watermark windowed aggregation, run by `transformWithState` (never with Spark
@@ -67,13 +72,26 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    * own start is (an on-time row can then never touch a session that already left state: that
    * needs end + A <= wm, and an on-time row's t > wm - A would have to be <= end).
    */
-  private def isLate(start: Long, wm: Long): Boolean = plan.windows match {
-    case w: AlignedWindows => ClosedWindows.closedBy(w.windowEnd(start) + plan.allowedLatenessMicros, wm)
-    case _: SessionWindows => ClosedWindows.closedBy(start + plan.allowedLatenessMicros, wm)
+  private def isLate(start: Long, wm: Long): Boolean = ClosedWindows.closedBy(lateFrom(start), wm)
+
+  /** The watermark from which a partial starting at `start` is late. */
+  private def lateFrom(start: Long): Long = plan.windows match {
+    case w: AlignedWindows => w.windowEnd(start) + plan.allowedLatenessMicros
+    case _: SessionWindows => start + plan.allowedLatenessMicros
+  }
+
+  /**
+   * With dedup: whether the partial is a copy of a row the key already has within its horizon
+   * (see state.DedupEntries); the row's values are remembered until a row at its time is late.
+   */
+  private def duplicate(partial: InternalRow, start: Long): Boolean = state.dedupEntries.exists { d =>
+    val values = partial.getStruct(layout.dedup, layout.dedupWidth).asInstanceOf[UnsafeRow].getBytes
+    d.duplicate(values, partial.getLong(layout.dedupPartition), lateFrom(start))
   }
 
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
-    state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows)
+    state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows,
+      if (plan.emission.retracting) Some(plan.emitter.aggregateSchema) else None, plan.dedup)
   }
 
   /** Spark's global watermark in microseconds (only with max_skew / closing='global'). */
@@ -85,14 +103,20 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     }
 
   /**
-   * An open window of the key: its live buffer, the revisions it fired, its bounds, and
-   * whether it changed since it last fired (rows merged into it: a window that already fired
-   * fires again, as its next revision).
+   * An open window of the key: its live buffer (with accumulation='discarding': the rows since
+   * its last pane), the revisions (panes) it fired, its bounds, whether it changed since it last
+   * fired (rows merged into it: a window that already fired fires again, as its next revision),
+   * and with accumulation='retracting' the result of its last pane (null: none yet).
    */
   private final class OpenWindow(
-      val start: Long, val end: Long, val buffer: InternalRow, var revisions: Int, var dirty: Boolean = false) {
-    /** The watermark at which it next changes: fires (first or again) or expires. */
-    def threshold: Long = if (revisions == 0 || dirty) end else end + plan.allowedLatenessMicros
+      val start: Long, val end: Long, var buffer: InternalRow, var revisions: Int, var dirty: Boolean = false,
+      var previous: InternalRow = null) {
+    /**
+     * The watermark at which it next changes: fires (on time, or again) or expires; `wm` the
+     * key's watermark now (a window whose early panes fired is still due at its end).
+     */
+    def threshold(wm: Long): Long =
+      if (revisions == 0 || dirty || !due(this, wm)) end else end + plan.allowedLatenessMicros
   }
 
   /** The key's values as an InternalRow; a copy, since the converter reuses its output row. */
@@ -113,12 +137,19 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     /** Whether the key had state (false: a new key, or one that returns after leaving state). */
     val existed: Boolean = loaded.isDefined
     private val record = loaded.map(_.record).getOrElse(state.fresh())
+    /**
+     * The key's watermark as stored by the call before, when every window it passed fired its
+     * on-time pane: a window in state that it passes has fired on time (before the floors of
+     * this call raise it).
+     */
+    val watermarkStored: Long = record.watermark
     val windows = mutable.LongMap.empty[OpenWindow]
     loaded.foreach(_.windows.foreach { row =>
       val rows = state.windowRows
       val start = rows.start(row)
       windows.update(start,
-        new OpenWindow(start, rows.end(row), agg.fromStored(row), rows.revisions(row), rows.dirty(row)))
+        new OpenWindow(start, rows.end(row), agg.fromStored(row), rows.revisions(row), rows.dirty(row),
+          rows.previous(row)))
     })
 
     /** Sessions: this batch's on-time intervals, merged with the key's sessions by `close`. */
@@ -129,6 +160,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       globalWatermark(timerValues))
     /** Whether the key left state in this call. */
     var released = false
+    /** Rows dropped as copies (dedup) in this call. */
+    var duplicates = 0L
 
     /** The aligned window starting at `start`, opened if needed. */
     def window(aligned: AlignedWindows, start: Long): OpenWindow =
@@ -141,13 +174,16 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
      */
     def store(lateRows: Long): Unit = {
       record.lateRows += lateRows
-      if (windows.isEmpty && policy.releasesKeysWithoutWindows) release()
+      if (windows.isEmpty && policy.releasable(record, timerValues.getCurrentProcessingTimeInMs(),
+          globalWatermark(timerValues))) release()
       else {
+        state.dedupEntries.foreach(_.flush(record.watermark))
         if (policy.usesGlobalWatermark) placeEventTimer()
         val open = windows.values
         val earliest = if (open.isEmpty) HeldWatermark.Undefined else open.iterator.map(_.start).min
         state.store(record, eventTimerMs.getOrElse(KeyState.NoTimer),
-          open.iterator.map(w => state.windowRows.row(agg.toStored(w.buffer), w.revisions, w.start, w.end, w.dirty)),
+          open.iterator.map(w =>
+            state.windowRows.row(agg.toStored(w.buffer), w.revisions, w.start, w.end, w.dirty, w.previous)),
           open.size, earliest)
       }
     }
@@ -217,11 +253,17 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     while (rows.hasNext) {
       val partial = this.partial(rows.next())
       val start = partial.getLong(startOrdinal)
-      update.observe(partial)
-      if (isLate(start, watermarkAtStart)) {
-        late += partial.getLong(layout.rows)
-        keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
-      } else add(batch, partial, start)
+      // A copy (dedup) is dropped before anything else: not aggregated, not late, and it does
+      // not move the watermark; copies dropped within the partition are counted too.
+      if (plan.dedup) batch.duplicates += partial.getLong(layout.duplicates)
+      if (plan.dedup && duplicate(partial, start)) batch.duplicates += partial.getLong(layout.rows)
+      else {
+        update.observe(partial, start)
+        if (isLate(start, watermarkAtStart)) {
+          late += partial.getLong(layout.rows)
+          keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
+        } else add(batch, partial, start)
+      }
     }
     val emitted = close(keyValues, batch, update.finish(), watermarkAtStart)
     batch.store(late)
@@ -274,7 +316,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     val global = globalWatermark(timerValues)
     val lag = if (global == HeldWatermark.Undefined || wm == HeldWatermark.Undefined) HeldWatermark.Undefined
     else HeldWatermark.saturatingMinus(global, wm)
-    plan.emitter.keyMetrics(keyValues, flags, if (batch.released) 0 else batch.windows.size, wm, lag)
+    plan.emitter.keyMetrics(keyValues, flags, if (batch.released) 0 else batch.windows.size, wm, lag,
+      batch.duplicates)
   }
 
   /** Emits a kept late row per original row of a late partial. */
@@ -318,7 +361,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
         }
       if (ClosedWindows.closedBy(end, watermarkNow) && (session.revisions == 0 || session.dirty)) {
         emitted += plan.emitter.window(agg.result(windowGroup(keyValues, start, end), session.buffer),
-          session.revisions, watermarkAtStart)
+          if (session.revisions == 0) Pane.OnTime else Pane.Late, session.revisions, retraction = false,
+          watermarkAtStart)
         session.revisions += 1
         session.dirty = false
       }
@@ -338,15 +382,35 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       keyValues: InternalRow, batch: KeyBatch, watermarkNow: Long, reportedWatermark: Long): collection.Seq[Row] = {
     val out = mutable.ArrayBuffer.empty[Row]
     batch.windows.values.toArray.sortBy(_.start).foreach { window =>
-      if ((window.revisions > 0 && window.dirty) || (window.revisions == 0 && due(window, watermarkNow))) {
-        out += plan.emitter.window(agg.result(windowGroup(keyValues, window.start, window.end), window.buffer),
-          window.revisions, reportedWatermark)
-        window.revisions += 1
-        window.dirty = false
-      }
+      Firing.pane(plan.emission, due(window, watermarkNow), firedOnTime(batch, window), window.dirty)
+        .foreach(fire(keyValues, window, _, reportedWatermark, out))
       if (expired(window, watermarkNow)) batch.windows.remove(window.start)
     }
     out
+  }
+
+  /** Whether the window's on-time pane fired in an earlier call (see KeyBatch.watermarkStored). */
+  private def firedOnTime(batch: KeyBatch, window: OpenWindow): Boolean =
+    window.revisions > 0 && due(window, batch.watermarkStored)
+
+  /**
+   * Emits the window's next pane, as its accumulation mode says: the whole window
+   * (accumulating), the rows since its last pane (discarding: the buffer starts over), or the
+   * whole window after a row withdrawing the last pane (retracting: the pane's result is kept).
+   */
+  private def fire(
+      keyValues: InternalRow, window: OpenWindow, pane: Pane, reported: Long, out: mutable.Growable[Row]): Unit = {
+    val result = agg.result(windowGroup(keyValues, window.start, window.end), window.buffer)
+    if (plan.emission.retracting && window.previous != null)
+      out += plan.emitter.window(window.previous, pane, window.revisions, retraction = true, reported)
+    out += plan.emitter.window(result, pane, window.revisions, retraction = false, reported)
+    plan.emission.accumulation match {
+      case Emission.Accumulating => ()
+      case Emission.Discarding => window.buffer = agg.newBuffer()
+      case Emission.Retracting => window.previous = result.copy()
+    }
+    window.revisions += 1
+    window.dirty = false
   }
 
   /**
@@ -386,6 +450,11 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       }
       return out.iterator ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
     }
+    if (batch.windows.isEmpty && !policy.floors.forall(_.appliesAtStart)) {
+      // closing='fleet': a key kept without windows until the skew bound reached it leaves now.
+      batch.store(0L)
+      return Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
+    }
     val watermarkAtStart = update.atStart
     val watermarkNow = update.finish()
     val out = close(keyValues, batch, watermarkNow, watermarkAtStart)
@@ -402,11 +471,16 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    */
   private def emitUnfired(keyValues: InternalRow, batch: KeyBatch, reported: Long): Seq[Row] = {
     val windows = batch.windows.values.toSeq.sortBy(_.start)
-    val out = windows.filter(w => w.revisions == 0 || w.dirty).map { w =>
-      plan.emitter.window(agg.result(windowGroup(keyValues, w.start, w.end), w.buffer), w.revisions, reported)
+    val out = mutable.ArrayBuffer.empty[Row]
+    windows.foreach { w =>
+      val pane = plan.windows match {
+        case _: AlignedWindows => Firing.pane(plan.emission, due = true, firedOnTime(batch, w), w.dirty)
+        case _: SessionWindows => if (w.revisions == 0) Some(Pane.OnTime) else if (w.dirty) Some(Pane.Late) else None
+      }
+      pane.foreach(fire(keyValues, w, _, reported, out))
     }
     windows.foreach(w => batch.update.watermark.raise(w.end + plan.allowedLatenessMicros))
-    out
+    out.toSeq
   }
 
   /**
@@ -414,9 +488,14 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    * (ms) will let the key's floor reach the threshold of its earliest open window.
    */
   private def eventTimer(record: KeyRecord, windows: mutable.LongMap[OpenWindow]): Option[Long] =
-    if (windows.isEmpty) None
-    else {
-      val next = windows.values.iterator.map(_.threshold).min
+    if (windows.isEmpty) {
+      // closing='fleet': a key kept without windows leaves when the floors that cover a returning
+      // key reach its watermark (WatermarkPolicy.releasable).
+      if (policy.floors.forall(_.appliesAtStart) || record.watermark == HeldWatermark.Undefined) None
+      else earliest(eventTimeFloors.filter(_.coversReturningKey).flatMap(_.reaches(record.watermark, record)))
+        .map(math.max(_, FirstEventTimerMs))
+    } else {
+      val next = windows.values.iterator.map(_.threshold(record.watermark)).min
       // Never at or below 0 ms: while Spark's global watermark is still 0 (no watermark yet, the
       // first batch) Spark fires such a timer at once, in the same batch, where it cannot close
       // anything, and then deletes it, dropping the registration the handler just renewed. From
@@ -442,7 +521,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     if (batch.released) return
     val record = batch.update.record
     // The watermark at which the earliest open window next changes (fires or expires).
-    val next = if (batch.windows.isEmpty) None else Some(batch.windows.values.map(_.threshold).min)
+    val next =
+      if (batch.windows.isEmpty) None else Some(batch.windows.values.map(_.threshold(record.watermark)).min)
     val times = mutable.ArrayBuffer.empty[Long]
     val now = timerValues.getCurrentProcessingTimeInMs()
     policy.idle.foreach(rule => times ++= rule.nextTimer(record, hasOpenWindows = next.isDefined))

@@ -28,11 +28,14 @@ private[operator] final class WatermarkAdvance(
   private val sourceMax = mutable.HashMap.empty[String, Long]
   private var sawRows = false
   private val regressionsBefore = record.regressions
+  /** closing='fleet': the latest event time of each window (by start) the batch's rows fall in. */
+  private val latestPerWindow = mutable.LongMap.empty[Long]
 
-  def observe(partial: InternalRow): Unit = {
+  def observe(partial: InternalRow, start: Long): Unit = {
     sawRows = true
     val maxT = partial.getLong(layout.maxEventTime)
     watermark.observe(maxT)
+    if (policy.fleet.isDefined) latestPerWindow.update(start, math.max(latestPerWindow.getOrElse(start, maxT), maxT))
     if (layout.lateness >= 0) batchLateness = math.max(batchLateness, partial.getLong(layout.lateness))
     if (layout.eventTimes >= 0) {
       val ts = partial.getArray(layout.eventTimes)
@@ -47,8 +50,10 @@ private[operator] final class WatermarkAdvance(
 
   /** Ends the batch: the policy's proposal, then the floors. Returns the new watermark. */
   def finish(): Long =
-    if (sawRows) watermark.advanceWithRows(proposal(withRows = true), nowMs, globalWatermark)
-    else watermark.advanceWithoutRows(proposal(withRows = false), nowMs, globalWatermark)
+    if (sawRows) {
+      policy.fleet.foreach(_.learn(record, latestPerWindow.values, globalWatermark))
+      watermark.advanceWithRows(proposal(withRows = true), nowMs, globalWatermark)
+    } else watermark.advanceWithoutRows(proposal(withRows = false), nowMs, globalWatermark)
 
   /** Whether this batch's proposal was held back (an attempted regression). */
   def regressed: Boolean = record.regressions > regressionsBefore

@@ -29,6 +29,12 @@ private[partials] final class OnHeapPartials(
   // own UTF8String (no grouping-key projection); the key's first partial holds the others.
   private val byStringKey = new java.util.HashMap[UTF8String, Partial](4096)
   private val groupKey = columns.groupKeyProjection()
+  // With dedup: (keys, dedup values) -> the partial counting the first such row of the
+  // partition (its last window). A later copy is dropped here, counted in that partial.
+  private val firstCopies = new java.util.HashMap[UnsafeRow, Partial]()
+  private val dedupKey =
+    if (columns.dedupKey.isEmpty) null
+    else org.apache.spark.sql.catalyst.expressions.UnsafeProjection.create(columns.dedupKey)
 
   private def lookup(row: InternalRow, start: Long): Partial =
     if (columns.stringKey >= 0) {
@@ -58,13 +64,18 @@ private[partials] final class OnHeapPartials(
         val row = if (agg.retainsInputReferences) row0.copy() else row0
         val t = row.getLong(columns.eventTime)
         var last = true
-        assigner.foreachWindowStart(t) { start =>
+        val identity = if (dedupKey == null) null else dedupKey(row)
+        val firstCopy = if (identity == null) null else firstCopies.get(identity)
+        if (firstCopy != null) firstCopy.duplicates += 1
+        else assigner.foreachWindowStart(t) { start =>
           val partial = lookup(row, start)
+          partial.partition = columns.partition
           agg.update(partial.buffer, row)
           // A row is counted (for late accounting) in its last window only: it is late iff
           // that window, the last of its windows to close, is closed.
           if (last) {
             partial.rows += 1
+            if (identity != null) firstCopies.put(identity.copy(), partial)
             if (columns.kept >= 0) partial.keep(row.getStruct(columns.kept, columns.keptWidth).copy())
             if (columns.eventTimes) partial.eventTimes += t
             last = false
@@ -129,6 +140,9 @@ private[partials] final class Partial(val buffer: InternalRow, val start: Long) 
                               else Iterator.iterate(next)(_.next).takeWhile(_ != null))
 
   var rows: Long = 0L
+  /** With dedup: copies of this partial's row dropped in the partition, and the partition. */
+  var duplicates: Long = 0L
+  var partition: Long = 0L
   var maxEventTime: Long = Long.MinValue
   var maxLateness: Long = Long.MinValue
   var maxEnd: Long = Long.MinValue

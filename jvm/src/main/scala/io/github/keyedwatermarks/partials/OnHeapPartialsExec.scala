@@ -1,5 +1,6 @@
 package io.github.keyedwatermarks.partials
 
+import org.apache.spark.TaskContext
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
@@ -56,15 +57,21 @@ private[keyedwatermarks] case class KeyedPartialAggregateExec(
         kept = ordinal(kept),
         keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0),
         stringKey =
-          if (keyAttrs.size == 1 && keyAttrs.head.dataType == StringType && policyCols.source.isEmpty) {
+          if (keyAttrs.size == 1 && keyAttrs.head.dataType == StringType && policyCols.source.isEmpty &&
+            policyCols.dedup.isEmpty) {
             ordinal(keyAttrs.headOption)
           } else -1,
-        // (keys..., window start[, source]): the source (min of inputs) is part of the grouping,
-        // because the operator needs each source's max.
+        // (keys..., window start[, source][, dedup]): the source (min of inputs) is part of the
+        // grouping, because the operator needs each source's max; the dedup values, because a
+        // partial must hold one row's values (the operator keeps or drops it whole).
         groupKey =
           (keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+
             BoundReference(in.size, LongType, nullable = false)) ++
-            policyCols.source.map(s => BindReferences.bindReference[Expression](s, in)).toSeq)
+            policyCols.source.map(s => BindReferences.bindReference[Expression](s, in)).toSeq ++
+            policyCols.dedup.map(d => BindReferences.bindReference[Expression](d, in)).toSeq,
+        dedupKey = policyCols.dedup.map(d =>
+          (keyAttrs :+ d).map(a => BindReferences.bindReference[Expression](a, in))).getOrElse(Nil),
+        partition = TaskContext.getPartitionId().toLong)
       val invalid = new InvalidRowCounter(in.indexWhere(_.name == ProjectedInput.InvalidReasonCode))
       val out = new PartialOutput(payloadSchema, outAttrs, keyAttrs, agg, policyCols, kept.map(_.dataType))
       val partials = new OnHeapPartials(agg, assigner, columns, invalid, out)
@@ -87,7 +94,10 @@ private[partials] final case class PartialInputs(
     kept: Int,
     keptWidth: Int,
     stringKey: Int,
-    groupKey: Seq[Expression]) {
+    groupKey: Seq[Expression],
+    /** With dedup: (keys..., dedup values), a row's identity within the partition; else empty. */
+    dedupKey: Seq[Expression] = Nil,
+    partition: Long = 0L) {
 
   /** A projection to the grouping key; its result is reused by the next call. */
   def groupKeyProjection(): GroupKeyProjection = new GroupKeyProjection(groupKey)
@@ -133,7 +143,8 @@ private final class InvalidRowCounter(reasonOrdinal: Int) {
       p.rows = counts(r)
       // The sentinel's key (and source) columns, from its first row; a null source stays null.
       val key = InternalRow.fromSeq(keyAttrs.indices.map(i => first(r).get(i, keyAttrs(i).dataType)) ++ Seq(0L) ++
-        policyCols.source.map(s => first(r).get(in.indexWhere(_.exprId == s.exprId), s.dataType)).toSeq)
+        policyCols.source.map(s => first(r).get(in.indexWhere(_.exprId == s.exprId), s.dataType)).toSeq ++
+        policyCols.dedup.map(_ => null).toSeq)
       out.generic(key, p.start, p)
     }
 }
@@ -160,7 +171,9 @@ private final class PartialOutput(
   private lazy val policyPart = new SpecificInternalRow(
     policyCols.lateness.map(_ => LongType).toSeq ++ policyCols.gap.map(_ => LongType).toSeq ++
       (if (policyCols.eventTimes) Seq(ArrayType(LongType, containsNull = false)) else Nil) ++
-      policyCols.source.map(_.dataType).toSeq ++ keptType.toSeq)
+      policyCols.source.map(_.dataType).toSeq ++
+      policyCols.dedup.toSeq.flatMap(d => Seq(d.dataType, LongType, LongType)) ++ keptType.toSeq)
+  private val dedupOrdinal = n + 1 + policyCols.source.size
 
   /** The output row (reused by the next call) for a payload; `key` holds the key values first. */
   def apply(key: InternalRow, start: Long, rows: Long, maxEventTime: Long, payload: Array[Byte]): InternalRow = {
@@ -173,7 +186,7 @@ private final class PartialOutput(
     project(outer)
   }
 
-  /** The output row of an on-heap [[Partial]]; `key` holds the key values, window start, then the source. */
+  /** The output row of an on-heap [[Partial]]; `key` holds the key values, window start, source, dedup values. */
   def generic(key: InternalRow, start: Long, p: Partial): InternalRow = {
     meta.setLong(0, start)
     meta.setLong(1, p.rows)
@@ -183,6 +196,12 @@ private final class PartialOutput(
     if (policyCols.gap.isDefined) { policyPart.setLong(i, p.maxEnd); i += 1 }
     if (policyCols.eventTimes) { policyPart.update(i, new GenericArrayData(p.eventTimes.toArray[Any])); i += 1 }
     policyCols.source.foreach { s => policyPart.update(i, key.get(n + 1, s.dataType)); i += 1 }
+    policyCols.dedup.foreach { d =>
+      policyPart.update(i, key.get(dedupOrdinal, d.dataType))
+      policyPart.setLong(i + 1, p.partition)
+      policyPart.setLong(i + 2, p.duplicates)
+      i += 3
+    }
     if (keptType.isDefined) policyPart.update(i, p.keptRows)
     val payload = UnsafeRowBytes.bytes(
       projectPayload(new JoinedRow(new JoinedRow(agg.toStored(p.buffer), meta), policyPart)))

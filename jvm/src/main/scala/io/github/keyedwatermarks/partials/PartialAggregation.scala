@@ -63,20 +63,25 @@ private[keyedwatermarks] object PartialAggregation {
     val lateness = inputs.find(_.name == PartialColumns.Lateness)
     val source = inputs.find(_.name == PartialColumns.Source)
     val gap = inputs.find(_.name == PartialColumns.RowSessionEnd)
+    val dedup = inputs.find(_.name == PartialColumns.Dedup)
     val policyOut =
       lateness.map(_ => AttributeReference(PartialColumns.Lateness, LongType, nullable = false)()).toSeq ++
         gap.map(_ => AttributeReference(PartialColumns.SessionEnd, LongType, nullable = false)()).toSeq ++
         (if (keepEventTimes)
            Seq(AttributeReference(PartialColumns.EventTimes, ArrayType(LongType, containsNull = false),
                nullable = false)())
-         else Nil) ++ source.toSeq
+         else Nil) ++ source.toSeq ++
+        dedup.toSeq.flatMap(d =>
+          Seq(AttributeReference(PartialColumns.Dedup, d.dataType, nullable = true)(),
+            AttributeReference(PartialColumns.DedupPartition, LongType, nullable = false)(),
+            AttributeReference(PartialColumns.Duplicates, LongType, nullable = false)()))
     val payload = DataTypeUtils.fromAttributes(buffers ++ meta ++ policyOut ++ keptOut)
     val output = Seq(AttributeReference(PartialColumns.Payload, BinaryType, nullable = false)()) ++
       Seq(PartialColumns.WindowStart, PartialColumns.Rows, PartialColumns.MaxEventTime).map(n =>
         AttributeReference(n, LongType, nullable = false)()) ++
       inputs.take(keyCount)
     val node = KeyedPartialAggregate(
-      inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source, gap),
+      inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source, gap, dedup),
       windows, aggregation, inputs, payload, output, new TwoLevelMapChoice, child)
     Partials(SparkBridge.ofRows(session, node), payload)
   }
@@ -97,7 +102,9 @@ private[keyedwatermarks] final case class Partials(frame: DataFrame, payloadSche
 
 /** The watermark-policy inputs a partial carries: lateness column, event times, source. */
 private[keyedwatermarks] final case class PolicyColumns(
-    lateness: Option[Attribute], eventTimes: Boolean, source: Option[Attribute], gap: Option[Attribute])
+    lateness: Option[Attribute], eventTimes: Boolean, source: Option[Attribute], gap: Option[Attribute],
+    /** The dedup values (a struct): part of the grouping, each partial one row's (see OnHeapPartials). */
+    dedup: Option[Attribute] = None)
 
 /** Logical node; `inputs` lists every column read so column pruning keeps them. */
 private[keyedwatermarks] case class KeyedPartialAggregate(
@@ -125,6 +132,7 @@ private[keyedwatermarks] case class KeyedPartialAggregate(
    * for at most [[HashAggregatePartials.MaxExpandCopies]] windows per row.
    */
   def sparkHashAggregate: Boolean = keptRow.isEmpty && !policy.eventTimes && policy.source.isEmpty &&
+    policy.dedup.isEmpty &&
     Aggregate.supportsHashAggregate(DataTypeUtils.toAttributes(payload), keys) && HashAggregatePartials.supports(
       windows)
 }

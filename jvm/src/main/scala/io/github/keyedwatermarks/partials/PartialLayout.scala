@@ -16,6 +16,7 @@ import org.apache.spark.sql.types.{ArrayType, StructType}
  *    right-hand side of CatalystAggregation.merge;
  *  - [[WindowStart]], [[Rows]], [[MaxEventTime]];
  *  - the optional policy fields: [[Lateness]], [[SessionEnd]], [[EventTimes]], [[Source]];
+ *  - with dedup: [[Dedup]], [[DedupPartition]], [[Duplicates]];
  *  - [[KeptRows]], when late rows are kept.
  */
 private[keyedwatermarks] object PartialColumns {
@@ -47,17 +48,31 @@ private[keyedwatermarks] object PartialColumns {
 
   /** Payload: a session partial's end (the max of its rows' [[RowSessionEnd]]). */
   val SessionEnd = "kw_session_end"
+
+  /**
+   * Input and payload: the row's dedup values, a struct (option `dedup`); part of the grouping,
+   * so that a partial holds one row's values (its copies in the partition are dropped there).
+   */
+  val Dedup = "kw_dedup"
+
+  /** Payload (dedup): the input partition of the partial, which tells one row's windows from a copy's. */
+  val DedupPartition = "kw_dedup_partition"
+
+  /** Payload (dedup): copies of the partial's row dropped within its input partition. */
+  val Duplicates = "kw_duplicates"
 }
 
 /** Ordinals of a partial's payload fields (-1 when absent); see [[PartialColumns]] for the layout. */
 private[keyedwatermarks] final case class PartialLayout(
     windowStart: Int, rows: Int, maxEventTime: Int, lateness: Int, eventTimes: Int, source: Int,
-    sessionEnd: Int, kept: Int, keptWidth: Int)
+    sessionEnd: Int, kept: Int, keptWidth: Int, dedup: Int = -1, dedupWidth: Int = 0, dedupPartition: Int = -1,
+    duplicates: Int = -1)
 
 private[keyedwatermarks] object PartialLayout {
   def apply(payloadSchema: StructType): PartialLayout = {
     def ordinal(name: String) = payloadSchema.fieldNames.indexOf(name)
     val kept = ordinal(PartialColumns.KeptRows)
+    val dedup = ordinal(PartialColumns.Dedup)
     val keptWidth = if (kept < 0) 0
     else payloadSchema(kept).dataType match {
       case a: ArrayType => a.elementType.asInstanceOf[StructType].length
@@ -66,6 +81,8 @@ private[keyedwatermarks] object PartialLayout {
     PartialLayout(ordinal(PartialColumns.WindowStart), ordinal(PartialColumns.Rows),
       ordinal(PartialColumns.MaxEventTime), ordinal(PartialColumns.Lateness),
       ordinal(PartialColumns.EventTimes), ordinal(PartialColumns.Source),
-      ordinal(PartialColumns.SessionEnd), kept, keptWidth)
+      ordinal(PartialColumns.SessionEnd), kept, keptWidth, dedup,
+      if (dedup < 0) 0 else payloadSchema(dedup).dataType.asInstanceOf[StructType].length,
+      ordinal(PartialColumns.DedupPartition), ordinal(PartialColumns.Duplicates))
   }
 }

@@ -9,7 +9,9 @@ import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
 import io.github.keyedwatermarks.partials.{PartialAggregation, PartialColumns}
 import io.github.keyedwatermarks.emission.{KeyMetrics, WindowEmitter}
-import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap}
+import io.github.keyedwatermarks.input.{
+  DedupColumns, DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap
+}
 import io.github.keyedwatermarks.operator.{KeyedWindowProcessor, OperatorPlan}
 import io.github.keyedwatermarks.spec._
 import io.github.keyedwatermarks.watermark.{AdaptiveLateness, WatermarkPolicy}
@@ -70,7 +72,7 @@ private[keyedwatermarks] object KeyedPlanner {
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(ref.analyzed, SparkInternals.output(projected.frame))
     val emitter = new WindowEmitter(ref.resultSchema, input.keys.map(ref.schema.fieldIndex).toArray,
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
-      withRevision = spec.windows.allowedLateness.isDefined)
+      withRevision = spec.windows.allowedLateness.isDefined && !spec.emission.withPaneColumns, spec.emission)
     val partials = PartialAggregation(projected.frame, input.keys.size, windows, aggregation,
       spec.aggregation.keepLateRows,
       keepEventTimes = policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
@@ -80,9 +82,11 @@ private[keyedwatermarks] object KeyedPlanner {
       windows = windows,
       policy = policy,
       allowedLatenessMicros = spec.windows.allowedLateness.fold(0L)(_.micros),
+      dedup = spec.watermark.dedup.nonEmpty,
       keepLateRows = spec.aggregation.keepLateRows,
       aggregation = aggregation,
-      emitter = emitter)
+      emitter = emitter,
+      emission = spec.emission)
     val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
     val valid = InvalidRows.observe(partials.frame, PartialColumns.WindowStart, PartialColumns.Rows,
       withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows),
@@ -201,7 +205,8 @@ private[keyedwatermarks] object KeyedPlanner {
     val policyColumns =
       lateness.map(c => F.coalesce(c, F.lit(w.lateness.micros)).as(PartialColumns.Lateness)).toSeq ++
         source.map(_.as(PartialColumns.Source)).toSeq ++
-        sessionEnd.map(_.as(PartialColumns.RowSessionEnd)).toSeq
+        sessionEnd.map(_.as(PartialColumns.RowSessionEnd)).toSeq ++
+        (if (w.dedup.isEmpty) Nil else Seq(DedupColumns.values(input, w.dedup).as(PartialColumns.Dedup)))
     ProjectedInput(input, aggregateInputs, spec.aggregation.keepLateRows, policyColumns, source, sessionEnd,
       lateness, w.maxAheadMicros)
   }

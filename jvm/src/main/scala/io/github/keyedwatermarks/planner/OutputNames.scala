@@ -4,7 +4,7 @@ import java.util.Locale
 
 import org.apache.spark.sql.types.StructType
 
-import io.github.keyedwatermarks.emission.WindowEmitter
+import io.github.keyedwatermarks.emission.{Pane, WindowEmitter}
 import io.github.keyedwatermarks.spec.KeyedQuerySpec
 
 /**
@@ -16,8 +16,11 @@ import io.github.keyedwatermarks.spec.KeyedQuerySpec
 private[planner] object OutputNames {
   def check(result: StructType, keyCount: Int, spec: KeyedQuerySpec): Unit = {
     // The report columns are always there inside the plan (`.agg` drops them at the end).
-    val added = (if (spec.windows.allowedLateness.isDefined) Seq(WindowEmitter.RevisionColumn) else Nil) ++
-      WindowEmitter.ReportColumns
+    val panes = if (spec.emission.withPaneColumns) Seq(Pane.PaneColumn, Pane.PaneIndexColumn) else Nil
+    val revision =
+      if (spec.windows.allowedLateness.isDefined && panes.isEmpty) Seq(WindowEmitter.RevisionColumn) else Nil
+    val retraction = if (spec.emission.retracting) Seq(Pane.RetractionColumn) else Nil
+    val added = revision ++ panes ++ retraction ++ WindowEmitter.ReportColumns
     val names = result.fieldNames.toSeq ++ added
     def role(i: Int): String =
       if (i < keyCount) "key" else if (i == keyCount) "window" else if (i < result.length) "aggregate" else "added"

@@ -2,7 +2,7 @@ package io.github.keyedwatermarks.planner
 
 import org.apache.spark.sql.DataFrame
 
-import io.github.keyedwatermarks.input.{DurationColumn, InputPlan, SessionGap}
+import io.github.keyedwatermarks.input.{DedupColumns, DurationColumn, InputPlan, SessionGap}
 import io.github.keyedwatermarks.shims.SparkVersionCheck
 import io.github.keyedwatermarks.spec.{ColumnGap, FixedGap, KeyLateness, OptionError, Sessions, Sliding, Tumbling}
 import io.github.keyedwatermarks.spec.{WatermarkSpec, WindowSpec}
@@ -28,6 +28,7 @@ private[keyedwatermarks] object SpecChecks {
       case KeyLateness.Fixed | KeyLateness.ByKey(_) | _: KeyLateness.Adaptive => ()
     }
     w.sources.foreach(s => events.select(s.column)) // an unknown column fails here (AnalysisException)
+    DedupColumns.check(w.dedup, input)
     w.validateCombination()
     input
   }

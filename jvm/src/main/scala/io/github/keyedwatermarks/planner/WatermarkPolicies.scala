@@ -2,8 +2,8 @@ package io.github.keyedwatermarks.planner
 
 import io.github.keyedwatermarks.spec.{DefaultSkew, KeyLateness, SkewOf, Unbounded, WatermarkSpec}
 import io.github.keyedwatermarks.watermark.{
-  AdaptiveLateness, ColumnLateness, FixedLateness, GlobalWatermarkFloor, IdleAdvanceFloor, IdleRule, LatenessSource,
-  ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
+  AdaptiveLateness, ColumnLateness, FixedLateness, FleetFloor, GlobalWatermarkFloor, IdleAdvanceFloor, IdleRule,
+  LatenessSource, ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
 }
 
 /** The engine's watermark policy for a [[WatermarkSpec]] (what the operator reads on executors). */
@@ -17,7 +17,7 @@ private[keyedwatermarks] object WatermarkPolicies {
   def of(w: WatermarkSpec): WatermarkPolicy = {
     val source = latenessSource(w.keyLateness)
     val proposal =
-      if (w.processingTimeClock || w.globalClosing) Proposal.ClockOnly
+      if (w.processingTimeClock || w.globalClosing || w.fleetClosing) Proposal.ClockOnly
       else w.sources.fold[Proposal](Proposal.OwnRows(source)) { s =>
         Proposal.MinOfSources(source, SourcePolicy(s.expected.distinct, s.idleTimeout.map(_.millis)))
       }
@@ -33,6 +33,8 @@ private[keyedwatermarks] object WatermarkPolicies {
       if (w.processingTimeClock) Some(ProcessingTimeFloor(w.lateness.micros)) else None,
       if (w.globalClosing) Some(GlobalWatermarkFloor) else None,
       skew.map(SkewFloor(_, w.lateness.micros)),
+      // closing='fleet': the skew bound above (the default hour unless set) also bounds the learnt skew.
+      skew.filter(_ => w.fleetClosing).map(FleetFloor(_)),
       w.idleTimeout.filter(_ => w.advanceWhenIdle).map(t => IdleAdvanceFloor(t.millis))).flatten
     val idle = w.idleTimeout.map { t =>
       if (w.advanceWhenIdle) IdleRule.AdvanceWhenIdle(t.millis) else IdleRule.EmitWhenIdle(t.millis)

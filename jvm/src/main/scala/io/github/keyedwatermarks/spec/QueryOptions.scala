@@ -22,7 +22,7 @@ object QueryOptions {
 
   private val WatermarkOptions = Set("key", "event_time", "lateness", "idle_timeout", "key_lateness",
     "adaptive_lateness", "clock", "advance_when_idle", "max_skew", "closing", "sources", "source_idle_timeout",
-    "max_ahead", "stuck_after", "name")
+    "max_ahead", "stuck_after", "name", "dedup")
   private val QueryLevel = WatermarkOptions ++ Set("window", "session", "report", "keep_late_rows")
   private val ColumnOptions = Set("key_lateness", "source", "gap")
 
@@ -31,12 +31,19 @@ object QueryOptions {
     watermark(new Options(json, columns))
 
   /** The window part alone, for a query whose watermark part is already known. */
-  def windows(json: String, columns: java.util.Map[String, Column]): WindowSpec = windows(new Options(json, columns))
+  def windows(json: String, columns: java.util.Map[String, Column]): WindowSpec = {
+    val o = new Options(json, columns)
+    val w = windows(o)
+    emission(o, w)
+    w
+  }
 
   def query(json: String, columns: java.util.Map[String, Column], aggregates: Seq[Column]): KeyedQuerySpec = {
     val o = new Options(json, columns)
-    KeyedQuerySpec(watermark(o), windows(o),
-      AggregationSpec(aggregates, o.bool("report").getOrElse(false), o.bool("keep_late_rows").getOrElse(false)))
+    val w = windows(o)
+    KeyedQuerySpec(watermark(o), w,
+      AggregationSpec(aggregates, o.bool("report").getOrElse(false), o.bool("keep_late_rows").getOrElse(false)),
+      emission(o, w))
   }
 
   private def watermark(o: Options): WatermarkSpec = {
@@ -68,7 +75,8 @@ object QueryOptions {
     if (clock != "event_time" && clock != "processing_time") o.fail(
       s"clock: expected 'event_time' or 'processing_time', got '$clock'")
     val closing = o.string("closing").getOrElse("keyed")
-    if (closing != "keyed" && closing != "global") o.fail(s"closing: expected 'keyed' or 'global', got '$closing'")
+    if (closing != "keyed" && closing != "global" && closing != "fleet") o.fail(
+      s"closing: expected 'keyed', 'global' or 'fleet', got '$closing'")
     val sourceColumn = o.column("source")
     if (sourceColumn.isEmpty && o.node("sources").isDefined) o.fail("sources: needs the source column (source=...)")
     if (sourceColumn.isEmpty && o.node("source_idle_timeout").isDefined) o.fail(
@@ -88,19 +96,21 @@ object QueryOptions {
       maxAheadMicros = o.string("max_ahead").fold(Option(WatermarkSpec.DefaultMaxAheadMicros))(WatermarkSpec.maxAhead),
       stuckAfterMicros = o.string("stuck_after").map(DurationOption.nonNegative("stuck_after", _).micros)
         .getOrElse(WatermarkSpec.DefaultStuckAfterMicros),
-      stageName = o.string("name"))
+      stageName = o.string("name"),
+      fleetClosing = closing == "fleet",
+      dedup = o.strings("dedup").getOrElse(Nil))
   }
 
   private def windows(o: Options): WindowSpec = (o.node("window"), o.node("session")) match {
     case (Some(w), None) =>
-      val sub = o.nested("window", w, Set("size", "slide", "allowed_lateness"))
+      val sub = o.nested("window", w, Set("size", "slide", "allowed_lateness") ++ EmissionOptions)
       val size =
         DurationOption("window", sub.string("size").getOrElse(o.fail("window: a size is required, e.g. '10 seconds'")))
       val allowed = sub.string("allowed_lateness").map(DurationOption("allowed_lateness", _))
       sub.string("slide").map(DurationOption("slide", _)).fold[WindowSpec](Tumbling(size, allowed))(Sliding(size, _,
           allowed))
     case (None, Some(s)) =>
-      val sub = o.nested("session", s, Set("gap", "allowed_lateness"))
+      val sub = o.nested("session", s, Set("gap", "allowed_lateness") ++ EmissionOptions)
       val gap = (sub.string("gap"), o.column("gap")) match {
         case (Some(text), None) => FixedGap(DurationOption("gap", text))
         case (None, Some(column)) => ColumnGap(column)
@@ -109,6 +119,17 @@ object QueryOptions {
       Sessions(gap, sub.string("allowed_lateness").map(DurationOption("allowed_lateness", _)))
     case (None, None) => o.fail("window: choose the windows, .window(size[, slide]) or .session(gap)")
     case (Some(_), Some(_)) => o.fail("window and session: choose one kind of window")
+  }
+
+  private val EmissionOptions = Set("emit", "accumulation")
+
+  /** `emit` and `accumulation`, options of the window or session, checked against it. */
+  private def emission(o: Options, windows: WindowSpec): Emission = {
+    val (name, node) = o.node("window").map("window" -> _).getOrElse("session" -> o.node("session").get)
+    val sub = o.nested(name, node, Set("size", "slide", "gap", "allowed_lateness") ++ EmissionOptions)
+    val e = Emission.of(sub.string("emit"), sub.string("accumulation"))
+    e.validate(windows)
+    e
   }
 
   /** Typed access to one JSON object of options; every error names the option. */

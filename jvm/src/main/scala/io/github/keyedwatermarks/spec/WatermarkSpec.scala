@@ -23,7 +23,15 @@ final case class WatermarkSpec(
     maxAheadMicros: Option[Long] = Some(WatermarkSpec.DefaultMaxAheadMicros),
     stuckAfterMicros: Long = WatermarkSpec.DefaultStuckAfterMicros,
     /** The stage's name in its metrics (default: see planner.KeyedStages.stageName). */
-    stageName: Option[String] = None) {
+    stageName: Option[String] = None,
+    /** closing='fleet': each key follows Spark's global watermark behind its learnt skew. */
+    fleetClosing: Boolean = false,
+    /**
+     * Per-key deduplication: a row of a key whose values of these columns were already seen
+     * for the key, within the key's horizon, is dropped and counted (docs/semantics.md,
+     * "Deduplication"). Empty: off.
+     */
+    dedup: Seq[String] = Nil) {
 
   /** The options that follow the wall clock (processing-time timers). */
   private[keyedwatermarks] def followsWallClock: Boolean =
@@ -42,6 +50,14 @@ final case class WatermarkSpec(
     if (advanceWhenIdle && idleTimeout.isEmpty) fail("advance_when_idle: needs idle_timeout")
     if (globalClosing && (keyLateness != KeyLateness.Fixed || sources.isDefined || maxSkew.isInstanceOf[SkewOf])) fail(
       "closing='global' uses Spark's one global watermark: per-key, adaptive lateness, sources and max_skew do not apply")
+    if (fleetClosing && followsWallClock) fail(
+      "closing='fleet' follows Spark's global event-time watermark and cannot be combined with " +
+        "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers")
+    if (fleetClosing && (keyLateness != KeyLateness.Fixed || sources.isDefined)) fail(
+      "closing='fleet': each key learns its skew behind Spark's global watermark; per-key, adaptive lateness " +
+        "and sources do not apply")
+    if (fleetClosing && maxSkew == Unbounded) fail(
+      "closing='fleet': max_skew bounds the learnt skew and how long a key stays in state; it cannot be 'unbounded'")
     if (processingTimeClock && (keyLateness != KeyLateness.Fixed || sources.isDefined)) fail(
       "clock='processing_time': the watermark follows the wall clock; per-key/adaptive lateness and sources do not apply")
   }

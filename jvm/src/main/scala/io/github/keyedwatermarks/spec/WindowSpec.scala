@@ -86,5 +86,9 @@ final case class AggregationSpec(aggregates: Seq[Column], withReport: Boolean = 
     OptionError("keep_late_rows: needs agg_with_report (the report carries the rows)")
 }
 
-/** A whole keyed query: what Python and Spark Connect send, what the planner plans. */
-final case class KeyedQuerySpec(watermark: WatermarkSpec, windows: WindowSpec, aggregation: AggregationSpec)
+/**
+ * A whole keyed query: what Python and Spark Connect send, what the planner plans. `emission`:
+ * when windows fire and what repeated panes hold (default: once, when final).
+ */
+final case class KeyedQuerySpec(watermark: WatermarkSpec, windows: WindowSpec, aggregation: AggregationSpec,
+    emission: Emission = Emission.Default)

@@ -24,13 +24,17 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  *    lookup, a write and a prefix scan per (key, window) and batch, and the per-row overhead;
  *    a key has few open windows at a time (those its watermark has not passed);
  *  - `lateness_sketch` (adaptive lateness only): the quantile sketch of how far rows trail;
- *  - `source_watermarks` (min of inputs only): source -> (max event time, last arrival).
+ *  - `source_watermarks` (min of inputs only): source -> (max event time, last arrival);
+ *  - `fleet_skew` (closing='fleet' only): the key's learnt skew and its reference (FleetFloor).
+ *  - `dedup_seen` (dedup only): the key's dedup values seen within its horizon ([[DedupEntries]]).
  * Optional variables are registered only when their policy is on, so other queries pay nothing.
  * Field names are Avro-safe, as the state store's schema handling requires.
  */
 private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType,
     policy: WatermarkPolicy,
-    windows: WindowAssigner) {
+    windows: WindowAssigner,
+    previousPaneSchema: Option[StructType] = None,
+    dedup: Boolean = false) {
   import KeyState._
 
   private val keyState: ValueState[Row] =
@@ -42,14 +46,19 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     case Some(FixedLateness | ColumnLateness) | None => None
   }
 
+  private val fleetState: Option[ValueState[Row]] =
+    policy.fleet.map(_ => handle.getValueState("fleet_skew", Encoders.row(FleetSchema), TTLConfig.NONE))
+
   val sources: Option[MapState[String, Row]] = policy.proposal match {
     case _: Proposal.MinOfSources =>
       Some(handle.getMapState("source_watermarks", Encoders.STRING, Encoders.row(SourceSchema), TTLConfig.NONE))
     case Proposal.OwnRows(_) | Proposal.ClockOnly => None
   }
 
+  val dedupEntries: Option[DedupEntries] = if (dedup) Some(new DedupEntries(handle)) else None
+
   /** The codec of one open window's row. */
-  val windowRows = new OpenWindowRows(bufferSchema)
+  val windowRows = new OpenWindowRows(bufferSchema, previousPaneSchema)
 
   // Stamped with this release; state of a newer release is refused naming both (StateRelease).
   private val codec = new UnsafeRowBytes.RowsCodec(windowRows.schema, describe(windows),
@@ -65,11 +74,19 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     val r = keyState.get()
     if (r == null) None
     else Some(StoredKey(
-        new KeyRecord(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4), r.getLong(5),
-          r.getLong(6), r.getLong(7)),
+        withFleetSkew(new KeyRecord(r.getLong(0), r.getLong(1), r.getLong(2), r.getLong(3), r.getLong(4),
+            r.getLong(5), r.getLong(6), r.getLong(7))),
         r.getLong(EventTimerOrdinal),
         codec.rows(r.getAs[Array[Byte]](OpenWindowsOrdinal), "the open windows in state"),
         r))
+  }
+
+  private def withFleetSkew(record: KeyRecord): KeyRecord = {
+    fleetState.flatMap(v => Option(v.get())).foreach { f =>
+      record.fleetSkew = f.getLong(0)
+      record.fleetReference = f.getLong(1)
+    }
+    record
   }
 
   /** A key's record before its first row (or after it left state). */
@@ -85,6 +102,7 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     open.foreach(codec.add)
     keyState.update(Row(s.maxEventTime, s.watermark, s.arrivalWatermark, s.lastArrivalMs, s.latenessMicros,
         s.lateRows, s.regressions, s.quietSinceMs, count, earliestStart, eventTimerMs, codec.result()))
+    fleetState.foreach(_.update(Row(s.fleetSkew, s.fleetReference)))
   }
 
   /** Writes the row `stored` was loaded from back as it was, with another event-time timer. */
@@ -102,7 +120,9 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
   def clear(): Unit = {
     keyState.clear()
     sketchState.foreach(_.clear())
+    fleetState.foreach(_.clear())
     sources.foreach(_.clear())
+    dedupEntries.foreach(_.clear())
   }
 }
 
@@ -158,4 +178,8 @@ private[keyedwatermarks] object KeyState {
   val SourceSchema: StructType = StructType(Seq(
       StructField("max_event_time_us", LongType, nullable = false),
       StructField("last_arrival_ms", LongType, nullable = false)))
+
+  val FleetSchema: StructType = StructType(Seq(
+      StructField("skew_us", LongType, nullable = false),
+      StructField("reference_us", LongType, nullable = false)))
 }

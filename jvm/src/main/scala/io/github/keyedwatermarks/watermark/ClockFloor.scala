@@ -23,6 +23,12 @@ private[keyedwatermarks] sealed trait ClockFloor extends Serializable {
    */
   def coversReturningKey: Boolean
 
+  /**
+   * Whether the floor also raises the watermark at the start of a micro-batch, before the rows
+   * are judged late (every floor but the fleet's: see [[FleetFloor]]).
+   */
+  def appliesAtStart: Boolean = true
+
   /** The floor for `record` at processing time `nowMs` with Spark's global watermark `global` (micros). */
   def floor(record: KeyRecord, nowMs: Long, global: Long): Long
 
@@ -67,6 +73,58 @@ private[keyedwatermarks] final case class SkewFloor(skewMicros: Long, defaultLat
     if (global == Undefined) Undefined else saturatingMinus(saturatingMinus(global, skewMicros), extra(record))
   def reaches(threshold: Long, record: KeyRecord): Option[Long] =
     Some(Math.floorDiv(threshold + skewMicros + extra(record) + 999L, 1000L))
+}
+
+/**
+ * closing='fleet': a key's watermark follows Spark's global watermark `E` behind the key's own
+ * learnt skew `s(k)`, never past the key's max event time (docs/semantics.md, "Fleet closing"): a key in step with the fleet
+ * (`s(k) = 0`) closes its windows with Spark's global watermark, a key whose rows arrive behind
+ * the fleet keeps that lag. The skew is learnt at the end of each batch with rows of the key
+ * ([[learn]]), before the floor is applied. Not applied at the start of a batch, so a row is
+ * judged against the fleet floor of the key's previous batch (or timer), at most Spark's
+ * watermark one batch older: the batch of grace Spark's own late-row check gives. It does not
+ * cover a returning key (it is the key's own skew): a key without open windows stays in state,
+ * with its skew, until the skew bound `maxSkewMicros` reaches its watermark.
+ */
+private[keyedwatermarks] final case class FleetFloor(maxSkewMicros: Long) extends ClockFloor {
+  require(maxSkewMicros >= 0, s"max_skew must not be negative, got $maxSkewMicros microseconds")
+  def clock: Clock = EventTimeClock
+  def coversReturningKey: Boolean = false
+  override def appliesAtStart: Boolean = false
+  // Never past the key's own max event time: the window holding its latest row waits for its
+  // next rows (or the skew bound), so a key whose rows come in bursts loses none between them.
+  def floor(record: KeyRecord, nowMs: Long, global: Long): Long =
+    if (global == Undefined || record.fleetSkew == Undefined) Undefined
+    else math.min(saturatingMinus(global, record.fleetSkew), record.maxEventTime)
+  def reaches(threshold: Long, record: KeyRecord): Option[Long] =
+    if (record.fleetSkew == Undefined || threshold > record.maxEventTime) None
+    else Some(Math.floorDiv(threshold + record.fleetSkew + 999L, 1000L))
+
+  /**
+   * The key's skew after a batch with rows, at Spark's global watermark `global`: the largest of
+   * how far behind `global` the latest row of each window the batch's rows fall in is
+   * (`latestPerWindow`, late rows included), and of the previous skew decayed by
+   * 1/[[FleetFloor.Decay]] of the fleet's progress since the key's previous batch with rows
+   * (`fleetReference`); at least 0, at most the skew bound.
+   */
+  def learn(record: KeyRecord, latestPerWindow: Iterable[Long], global: Long): Unit =
+    if (global != Undefined && latestPerWindow.nonEmpty) {
+      val needed = global - latestPerWindow.min
+      val decayed =
+        if (record.fleetSkew == Undefined) 0L
+        else record.fleetSkew - (global - record.fleetReference) / FleetFloor.Decay
+      record.fleetSkew = math.min(maxSkewMicros, math.max(0L, math.max(needed, decayed)))
+      record.fleetReference = global
+    }
+}
+
+private[keyedwatermarks] object FleetFloor {
+  /**
+   * A learnt skew falls by at most this fraction of the fleet's progress between two batches of
+   * the key: slow enough that a key delayed by a steady amount keeps its skew between the rows
+   * that show it, fast enough that a key that caught up closes with the fleet again.
+   */
+  val Decay: Long = 16L
 }
 
 /**

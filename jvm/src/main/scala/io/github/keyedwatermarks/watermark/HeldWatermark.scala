@@ -19,13 +19,13 @@ private[keyedwatermarks] final class HeldWatermark(policy: WatermarkPolicy, val 
    * watermark `globalWatermark` (micros, Undefined if none); returns the watermark.
    */
   def applyFloors(nowMs: Long, globalWatermark: Long): Long = {
-    raise(floor(nowMs, globalWatermark))
+    raise(floor(nowMs, globalWatermark, atStart = true))
     record.watermark
   }
 
-  private def floor(nowMs: Long, global: Long): Long = {
+  private def floor(nowMs: Long, global: Long, atStart: Boolean = false): Long = {
     var f = Undefined
-    policy.floors.foreach(c => f = max(f, c.floor(record, nowMs, global)))
+    policy.floors.foreach(c => if (!atStart || c.appliesAtStart) f = max(f, c.floor(record, nowMs, global)))
     f
   }
 
@@ -76,7 +76,12 @@ private[keyedwatermarks] final class KeyRecord(
      * idle_timeout: the processing time (ms) since which the idle key has had no open window
      * left (it is forgotten idle_timeout later); [[HeldWatermark.NoArrival]] otherwise.
      */
-    var quietSinceMs: Long)
+    var quietSinceMs: Long) {
+  /** closing='fleet': the key's learnt skew ([[FleetFloor]]; Undefined until learnt). */
+  var fleetSkew: Long = HeldWatermark.Undefined
+  /** closing='fleet': Spark's global watermark at the key's last batch with rows (FleetFloor.learn). */
+  var fleetReference: Long = HeldWatermark.Undefined
+}
 
 private[keyedwatermarks] object HeldWatermark {
   /** Sentinel for "no watermark yet": below every real watermark. */

@@ -48,5 +48,23 @@ private[keyedwatermarks] final case class WatermarkPolicy(
    */
   def releasesKeysWithoutWindows: Boolean = floors.exists(_.coversReturningKey)
 
+  /**
+   * Whether a key without open windows leaves state now (see [[releasesKeysWithoutWindows]]).
+   * A floor applied only at the end of a batch ([[FleetFloor]]) can hold a key above the floor
+   * it would return at: such a key stays until that floor has reached its watermark.
+   */
+  def releasable(record: KeyRecord, nowMs: Long, global: Long): Boolean =
+    releasesKeysWithoutWindows && (floors.forall(_.appliesAtStart) || {
+      val back = returningFloor(record, nowMs, global)
+      back != HeldWatermark.Undefined && record.watermark <= back
+    })
+
+  /** The floor a key returning after it left state starts from (the floors that cover it). */
+  def returningFloor(record: KeyRecord, nowMs: Long, global: Long): Long =
+    floors.filter(_.coversReturningKey).map(_.floor(record, nowMs, global)).foldLeft(HeldWatermark.Undefined)(math.max)
+
+  /** closing='fleet': its floor. */
+  def fleet: Option[FleetFloor] = floors.collectFirst { case f: FleetFloor => f }
+
   /** The skew bound in force, if any (what spec.WatermarkSpec resolved max_skew to). */
 }

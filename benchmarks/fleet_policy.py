@@ -1,0 +1,278 @@
+"""Issue 27's streams: Spark's global watermark, today's keyed default and ``closing="fleet"``.
+
+Usage: .venv/bin/python benchmarks/fleet_policy.py [--seed 27] [--out benchmarks/results/fleet_policy.md]
+
+What a method counts, emits and when is decided by its rules alone, not by the machine, so each
+method runs as its reference model over the same micro-batches (no Spark, no timing):
+
+- Spark (``withWatermark(ts, L)`` + ``groupBy(key, window(ts, S))``, append mode), by the rules
+  docs/semantics.md measured on every Spark line: ``E_N`` = max event time (ms) of batches
+  ``< N`` minus ``L``; in batch ``N`` a row is late when its window's end ``<= E_{N-1}``; the
+  windows with end ``<= E_N`` are emitted in batch ``N`` (its rows merged first);
+- keyed, today's default (``max_skew`` one hour) and ``closing="fleet"``:
+  ``tests/policy_model.py``, the model the in-memory and end-to-end tests hold the engine to.
+
+Streams (seeded; ``--seed``): 500 keys, 120,000 events uniform over 15 minutes of event time,
+5-second micro-batches cut by arrival time, 10-second tumbling windows, lateness 1 second:
+
+- ``in step, 5%`` / ``50%``: every key keeps pace (arrival = event time + 0-0.2 s); 5% / 50% of
+  the events are delayed by a further uniform 0-10 s;
+- ``20% / 50% of keys delayed, uniform / log-normal``: those keys' events all arrive late by the
+  key's own delay, uniform in 10-120 s, or log-normal (median 30 s, sigma 0.8) clipped to
+  10-120 s; the others keep pace;
+- ``IoT demo``: ``examples/iot_demo.py``'s fleet with its own settings (100 devices: fast, slow,
+  batch uploaders; 30 minutes; 15-second micro-batches; 1-minute windows; lateness 30 s).
+
+Per method and stream: **accuracy** (events aggregated, i.e. not late / events), **wrong
+windows** (of the (key, window) pairs with events and an end before the horizon, those never
+emitted or emitted with another count than all their events: the horizon is the last event time
+minus the largest delay minus two windows, so every method has had time to emit them),
+**emit delay** p50 / p95 of those emitted windows (the processing time at which the emitting
+micro-batch's input was complete, minus the window's end: the demo's definition, in event-time
+seconds, independent of the machine), and **state rows** (the most over the micro-batches:
+Spark one per open (key, window); keyed one per key in state, plus its skew for the fleet policy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "examples"))
+
+from policy_model import Policy, run_policy_model  # noqa: E402
+from reference_model import spark_watermark_ms  # noqa: E402
+
+SECOND = 1_000_000
+# (key, event time us, arrival us)
+Event = Tuple[str, int, int]
+
+
+# ------------------------------------------------------------------------------------------------
+# Streams
+# ------------------------------------------------------------------------------------------------
+
+def in_step(rng: random.Random, share_delayed: float, keys: int = 500, events: int = 120_000,
+            span_s: int = 900) -> List[Event]:
+    out = []
+    for _ in range(events):
+        k = f"k{rng.randrange(keys):03d}"
+        t = rng.uniform(0, span_s)
+        d = rng.uniform(0, 0.2) + (rng.uniform(0, 10) if rng.random() < share_delayed else 0.0)
+        out.append((k, int(t * SECOND), int((t + d) * SECOND)))
+    return out
+
+
+def delayed_keys(rng: random.Random, share_keys: float, lognormal: bool, keys: int = 500,
+                 events: int = 120_000, span_s: int = 900) -> List[Event]:
+    delay: Dict[str, float] = {}
+    for i in range(keys):
+        k = f"k{i:03d}"
+        if rng.random() < share_keys:
+            d = min(120.0, max(10.0, rng.lognormvariate(math.log(30.0), 0.8))) if lognormal \
+                else rng.uniform(10, 120)
+            delay[k] = d
+        else:
+            delay[k] = 0.0
+    out = []
+    for _ in range(events):
+        k = f"k{rng.randrange(keys):03d}"
+        t = rng.uniform(0, span_s)
+        d = delay[k] + rng.uniform(0, 0.2)
+        out.append((k, int(t * SECOND), int((t + d) * SECOND)))
+    return out
+
+
+def iot_fleet() -> Tuple[List[Event], Dict[str, str], int, int, int]:
+    """The demo's events, each device's class, and its batch, window and lateness (seconds)."""
+    from iot_demo import Config, generate
+
+    cfg = Config()
+    events, classes = generate(cfg)
+    out = [(e.device, e.ts_ms * 1000, e.arrival_ms * 1000) for e in events]
+    lateness_s = int(cfg.lateness.split()[0])
+    window_s = int(cfg.window.split()[0]) * (60 if "minute" in cfg.window else 1)
+    return out, classes, cfg.batch_s, window_s, lateness_s
+
+
+def micro_batches(events: Sequence[Event], batch_s: int) -> List[List[tuple]]:
+    """Rows (key, t, event index, None, None) by arrival; batch N holds arrivals in [N*B, (N+1)*B)."""
+    by_batch: Dict[int, List[tuple]] = defaultdict(list)
+    for i, (k, t, a) in enumerate(sorted(events, key=lambda e: (e[2], e[0], e[1]))):
+        by_batch[a // (batch_s * SECOND)].append((k, t, i, None, None))
+    last = max(by_batch)
+    return [by_batch.get(n, []) for n in range(last + 1)]
+
+
+# ------------------------------------------------------------------------------------------------
+# Spark's rules (docs/semantics.md, "How this differs from Spark's global watermark")
+# ------------------------------------------------------------------------------------------------
+
+def run_spark_model(batches: Sequence[Sequence[tuple]], size: int, lateness: int):
+    """(emitted [(key, start, end, batch, values)], late rows per key, state rows per batch)."""
+    emitted, late, state_rows = [], Counter(), []
+    open_w: Dict[Tuple[str, int], List[int]] = {}
+    max_ms: Optional[int] = None
+    marks: List[Optional[int]] = []  # E_N in micros (None: undefined)
+    n = 0
+    while True:
+        batch = batches[n] if n < len(batches) else []
+        e_ms = spark_watermark_ms(max_ms, lateness)
+        marks.append(None if e_ms is None else e_ms * 1000)
+        if n >= len(batches) and (len(marks) < 2 or marks[-1] == marks[-2]):
+            break  # no data and the watermark did not move: Spark runs no further batch
+        check = marks[n - 1] if n >= 1 else None  # late rows: the watermark one batch older
+        for k, t, v, _, _ in batch:
+            start = t - t % size
+            if check is not None and start + size <= check:
+                late[k] += 1
+            else:
+                open_w.setdefault((k, start), []).append(v)
+        for k, t, *_ in batch:
+            max_ms = t // 1000 if max_ms is None else max(max_ms, t // 1000)
+        e = marks[n]
+        if e is not None:
+            for (k, start) in sorted(w for w in open_w if w[1] + size <= e):
+                emitted.append((k, start, start + size, n, tuple(open_w.pop((k, start)))))
+        state_rows.append(len(open_w))
+        n += 1
+    return emitted, late, state_rows
+
+
+# ------------------------------------------------------------------------------------------------
+# Measures
+# ------------------------------------------------------------------------------------------------
+
+def quantile(values: Sequence[float], q: float) -> Optional[float]:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[max(1, math.ceil(q * len(s))) - 1]
+
+
+def measure(events: Sequence[Event], size: int, batch_s: int, emitted, state_rows: Sequence[int],
+            classes: Optional[Dict[str, str]] = None) -> Dict[str, dict]:
+    """Per device class ("all" for every key): accuracy, wrong windows, emit delays, state rows."""
+    max_delay = max(a - t for _, t, a in events)
+    horizon = max(t for _, t, _ in events) - max_delay - 2 * size
+    truth: Counter = Counter()
+    for k, t, _ in events:
+        truth[(k, t - t % size)] += 1
+    got = {(k, s): (len(vals), b) for k, s, _, b, vals in emitted}
+    cls_of = (lambda k: classes[k]) if classes else (lambda k: "all")
+    groups = ["all"] + (sorted(set(classes.values())) if classes else [])
+    out = {}
+    for g in groups:
+        member = (lambda k: True) if g == "all" else (lambda k, g=g: cls_of(k) == g)
+        wrong = checked = 0
+        delays = []
+        for (k, s), n_true in truth.items():
+            if not member(k) or s + size > horizon:
+                continue
+            checked += 1
+            if (k, s) not in got or got[(k, s)][0] != n_true:
+                wrong += 1
+            if (k, s) in got:
+                delays.append(((got[(k, s)][1] + 1) * batch_s * SECOND - (s + size)) / SECOND)
+        out[g] = dict(wrong=wrong, checked=checked, p50=quantile(delays, 0.5), p95=quantile(delays, 0.95))
+    out["all"]["state_rows"] = max(state_rows) if state_rows else 0
+    return out
+
+
+def counted_per_group(batches, late_per_key: Dict[str, int], classes: Optional[Dict[str, str]]):
+    total: Counter = Counter()
+    for b in batches:
+        for r in b:
+            total[r[0]] += 1
+    groups: Dict[str, List[int]] = defaultdict(lambda: [0, 0])
+    for k, n in total.items():
+        for g in ["all"] + ([classes[k]] if classes else []):
+            groups[g][0] += n
+            groups[g][1] += late_per_key.get(k, 0)
+    return {g: 1.0 - late / n for g, (n, late) in groups.items()}
+
+
+def run_methods(events, batch_s: int, window_s: int, lateness_s: int, classes=None) -> Dict[str, dict]:
+    size, lateness = window_s * SECOND, lateness_s * SECOND
+    batches = micro_batches(events, batch_s)
+    results = {}
+    results["Spark withWatermark + groupBy"] = run_spark_model(batches, size, lateness)
+    for name, policy in [("keyed, default (max_skew 1 h)", Policy(lateness)),
+                         ('keyed, closing="fleet"', Policy(lateness, fleet=True))]:
+        m = run_policy_model(batches, size, policy)
+        late_per_key = Counter()
+        for (_, k), n in m.late.items():
+            late_per_key[k] += n
+        per_key_vars = 2 if policy.fleet else 1
+        results[name] = (m.emitted, late_per_key, [per_key_vars * s for s in m.state_keys])
+    out = {}
+    for name, (emitted, late_per_key, rows) in results.items():
+        r = measure(events, size, batch_s, emitted, rows, classes)
+        for g, acc in counted_per_group(batches, late_per_key, classes).items():
+            r[g]["accuracy"] = acc
+        out[name] = r
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------------
+
+def fmt_delay(r: dict) -> str:
+    if r["p50"] is None:
+        return "–"
+    return f"{r['p50']:.0f} / {r['p95']:.0f}"
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seed", type=int, default=27)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    started = time.time()
+    streams = []
+    for name, make in [
+        ("in step, 5% of events delayed 0-10 s", lambda r: in_step(r, 0.05)),
+        ("in step, 50% of events delayed 0-10 s", lambda r: in_step(r, 0.50)),
+        ("20% of keys delayed 10-120 s, uniform", lambda r: delayed_keys(r, 0.2, False)),
+        ("50% of keys delayed 10-120 s, uniform", lambda r: delayed_keys(r, 0.5, False)),
+        ("20% of keys delayed 10-120 s, log-normal", lambda r: delayed_keys(r, 0.2, True)),
+        ("50% of keys delayed 10-120 s, log-normal", lambda r: delayed_keys(r, 0.5, True)),
+    ]:
+        streams.append((name, make(random.Random(args.seed)), 5, 10, 1, None))
+    iot, classes, b, w, lat = iot_fleet()
+    streams.append((f"IoT demo ({b} s batches, {w} s windows, lateness {lat} s)", iot, b, w, lat, classes))
+    lines = ["| stream | method | accuracy | wrong windows | emit delay p50 / p95 (s) | state rows (max) |",
+             "|---|---|---:|---:|---:|---:|"]
+    class_lines = []
+    for name, events, batch_s, window_s, lateness_s, cls in streams:
+        res = run_methods(events, batch_s, window_s, lateness_s, cls)
+        for method, r in res.items():
+            a = r["all"]
+            lines.append(f"| {name} | {method} | {100 * a['accuracy']:.2f}% | {a['wrong']:,} of {a['checked']:,} | "
+                         f"{fmt_delay(a)} | {a['state_rows']:,} |")
+            if cls:
+                for g in sorted(k for k in r if k != "all"):
+                    x = r[g]
+                    class_lines.append(f"| {g} | {method} | {100 * x['accuracy']:.2f}% | "
+                                       f"{x['wrong']:,} of {x['checked']:,} | {fmt_delay(x)} |")
+        print(f"{name}: done ({time.time() - started:.0f} s)", file=sys.stderr)
+    report = "\n".join(lines) + "\n\nIoT demo per device class:\n\n" + "\n".join(
+        ["| class | method | accuracy | wrong windows | emit delay p50 / p95 (s) |", "|---|---|---:|---:|---:|"]
+        + class_lines) + f"\n\n(seed {args.seed}; {time.time() - started:.0f} s)\n"
+    print(report)
+    if args.out:
+        args.out.write_text(report)
+    return report
+
+
+if __name__ == "__main__":
+    main()

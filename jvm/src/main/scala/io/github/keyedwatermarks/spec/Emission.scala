@@ -1,0 +1,72 @@
+package io.github.keyedwatermarks.spec
+
+/**
+ * When a window's results are emitted, and what each repeated result (pane) holds
+ * (docs/semantics.md, "Panes and accumulation"). One option, `emit`, with the Beam/Flink
+ * accumulation mode beside it; matches over both are exhaustive.
+ */
+final case class Emission(when: Emission.When, accumulation: Emission.Accumulation) {
+  import Emission._
+
+  /** Whether output rows carry pane columns (`kw_pane`, `kw_pane_index`): not for `final`. */
+  def withPaneColumns: Boolean = when match {
+    case Final => false
+    case EveryBatch => true
+  }
+
+  /** Whether a window fires before its key's watermark passes its end. */
+  def early: Boolean = withPaneColumns
+
+  def retracting: Boolean = accumulation == Retracting
+
+  def discarding: Boolean = accumulation == Discarding
+
+  /** Checks the combination against the windows, before any query starts. */
+  def validate(windows: WindowSpec): Unit = {
+    when match {
+      case Final =>
+        if (accumulation != Accumulating) OptionError(
+          s"accumulation: '${accumulation.name}' needs repeated panes: emit='every_batch' (with emit='final' a " +
+            "window fires once, plus revisions within allowed_lateness, each the whole window)")
+      case EveryBatch => windows match {
+          case _: Sessions => OptionError(
+              "emit: 'every_batch' is not supported for session windows yet; use emit='final' (the default)")
+          case _: Tumbling | _: Sliding => ()
+        }
+    }
+  }
+}
+
+object Emission {
+  sealed abstract class When(val name: String)
+  /** One firing when the key's watermark passes the window's end, plus late revisions: today's rule. */
+  case object Final extends When("final")
+  /** Also an early pane at the end of every micro-batch in which the window changed. */
+  case object EveryBatch extends When("every_batch")
+
+  sealed abstract class Accumulation(val name: String)
+  /** Each pane is the whole window so far. */
+  case object Accumulating extends Accumulation("accumulating")
+  /** Each pane holds only the rows since the window's previous pane. */
+  case object Discarding extends Accumulation("discarding")
+  /** Each pane is the whole window, preceded by a retraction of the window's previous pane. */
+  case object Retracting extends Accumulation("retracting")
+
+  val Default: Emission = Emission(Final, Accumulating)
+
+  private val Whens = Seq(Final, EveryBatch)
+  private val Accumulations = Seq(Accumulating, Discarding, Retracting)
+
+  def when(text: String): When = Whens.find(_.name == text).getOrElse(OptionError(
+      s"emit: expected ${Whens.map(w => s"'${w.name}'").mkString(" or ")}, got '$text'" +
+        (if (text.trim.startsWith("every "))
+           " (emitting at most every interval of processing time is not supported yet)"
+         else "")))
+
+  def accumulation(text: String): Accumulation = Accumulations.find(_.name == text).getOrElse(OptionError(
+      s"accumulation: expected ${Accumulations.map(a => s"'${a.name}'").mkString(", ")}, got '$text'"))
+
+  /** The option values as the user wrote them (None: the default). */
+  def of(emit: Option[String], accumulation: Option[String]): Emission =
+    Emission(emit.map(when).getOrElse(Final), accumulation.map(Emission.accumulation).getOrElse(Accumulating))
+}

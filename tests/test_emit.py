@@ -1,0 +1,133 @@
+"""Panes end to end (docs/semantics.md, "Panes and accumulation"): early firings every batch
+with closing='global' against Spark's own streaming aggregation in update mode, output modes,
+and the option's errors. The rules per case are in tests/test_emit_in_memory.py."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from pyspark.errors import AnalysisException, IllegalArgumentException, StreamingQueryException
+from pyspark.sql import functions as F
+
+import keyed_watermarks as kw
+from support import BASE, SECOND, Replay, ts
+
+SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE"
+
+
+def at(s):
+    return BASE + s * SECOND
+
+
+# Late rows are late by both engines' rules (Spark checks them against the watermark one batch
+# older than ours: docs/semantics.md, "How this differs from Spark's global watermark").
+BATCHES = [
+    [("fast", at(1), 1.0), ("slow", at(2), 2.0)],
+    [("fast", at(25), 3.0), ("slow", at(4), 4.0), ("slow", at(12), 5.0)],
+    [("fast", at(27), 13.0), ("slow", at(21), 6.0)],
+    [("fast", at(41), 6.0), ("slow", at(22), 7.0)],
+    [("fast", at(63), 8.0), ("slow", at(3), 9.0), ("slow", at(61), 10.0)],
+    [("slow", at(14), 11.0), ("fast", at(70), 12.0), ("fast", at(64), 1.0)],
+]
+
+
+def run_update(df, root):
+    """Runs `df` in update mode to the end of its input; returns batch id -> rows."""
+    per_batch = defaultdict(list)
+
+    def collect(batch, batch_id):
+        per_batch[batch_id].extend(batch.collect())
+
+    query = (df.writeStream.outputMode("update").foreachBatch(collect)
+             .option("checkpointLocation", str(root / "checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise query.exception()
+    return per_batch
+
+
+@pytest.mark.all_versions
+def test_every_batch_in_update_mode_equals_spark_update_mode(spark, tmp_path):
+    """closing='global', emit='every_batch': in every micro-batch our panes are Spark's update-mode
+    rows (same windows, same values), plus the on-time pane of each window the watermark passed
+    without new rows (Spark's update mode emits nothing then), which repeats its last pane."""
+    def replay(name):
+        r = Replay(spark, tmp_path / name, schema=SCHEMA)
+        r.add_all([[(k, ts(t), v) for k, t, v in b] for b in BATCHES])
+        return r.stream()
+
+    ours = (kw.keyed_watermark(replay("ours"), key="device", event_time="ts", lateness="5 seconds",
+                               closing="global")
+            .window("10 seconds", emit="every_batch")
+            .agg(F.sort_array(F.collect_list("temp")).alias("temps")))
+    assert ours.columns == ["device", "window", "temps", "kw_pane", "kw_pane_index"]
+    theirs = (replay("spark").withWatermark("ts", "5 seconds")
+              .groupBy("device", F.window("ts", "10 seconds"))
+              .agg(F.sort_array(F.collect_list("temp")).alias("temps")))
+    got = run_update(ours, tmp_path / "ours")
+    want = run_update(theirs, tmp_path / "spark")
+
+    def key(r):
+        return (r.device, r.window.start)
+
+    last = {}  # (device, window start) -> our last pane so far
+    extra_on_time = 0
+    for batch_id in sorted(set(got) | set(want)):
+        mine = {key(r): r for r in got.get(batch_id, [])}
+        assert len(mine) == len(got.get(batch_id, [])), "one pane per window and batch"
+        spark_rows = {key(r): tuple(r.temps) for r in want.get(batch_id, [])}
+        assert {k: tuple(mine[k].temps) for k in spark_rows if k in mine} == spark_rows, batch_id
+        assert set(spark_rows) <= set(mine), batch_id
+        for k, r in mine.items():
+            if k not in spark_rows:
+                assert r.kw_pane == "on_time" and tuple(r.temps) == tuple(last[k].temps), (batch_id, r)
+                extra_on_time += 1
+            assert r.kw_pane_index == (last[k].kw_pane_index + 1 if k in last else 0)
+            last[k] = r
+    assert {p.kw_pane for p in last.values()} >= {"on_time"}
+    assert any(r.kw_pane == "early" for rows in got.values() for r in rows)
+    assert extra_on_time >= 1
+
+
+def test_complete_mode_is_refused_when_the_query_starts(spark, tmp_path):
+    # Spark's own check (the keyed result is no streaming aggregation), in start(), before any
+    # batch: its message differs across lines.
+    replay = Replay(spark, tmp_path, schema=SCHEMA)
+    replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in BATCHES[:1]])
+    result = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness="5 seconds")
+              .window("10 seconds", emit="every_batch").agg(F.count("*").alias("n")))
+    with pytest.raises((AnalysisException, StreamingQueryException), 
+                       match=r"(?i)output mode: complete|complete output mode not supported"):
+        (result.writeStream.outputMode("complete").format("memory").queryName("kw_emit_complete")
+         .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    assert not any(q.name == "kw_emit_complete" for q in spark.streams.active)
+
+
+@pytest.mark.parametrize("window, message", [
+    ({"emit": "sometimes"}, "emit: expected 'final' or 'every_batch', got 'sometimes'"),
+    ({"emit": "every 10 seconds"}, "processing time is not supported yet"),
+    ({"accumulation": "discarding"}, "accumulation: 'discarding' needs repeated panes"),
+    ({"emit": "every_batch", "accumulation": "both"}, "accumulation: expected 'accumulating', 'discarding'"),
+    ({"emit": 3}, "emit: expected a string"),
+])
+def test_bad_emit_options_raise_before_start(spark, tmp_path, window, message):
+    events = Replay(spark, tmp_path, schema=SCHEMA).stream()
+    # Checked in the JVM (the same error on classic and Spark Connect); a non-string in Python.
+    with pytest.raises((IllegalArgumentException, TypeError), match=message):
+        kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds").window("10 seconds", **window)
+
+
+def test_sessions_refuse_early_firings_for_now(spark, tmp_path):
+    events = Replay(spark, tmp_path, schema=SCHEMA).stream()
+    watermark = kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds")
+    with pytest.raises(IllegalArgumentException, match="not supported for session windows yet"):
+        watermark._windows({"session": {"gap": "10 seconds", "emit": "every_batch"}}, {})
+
+
+def test_rollup_refuses_a_stage_that_emits_panes(spark, tmp_path):
+    events = Replay(spark, tmp_path, schema=SCHEMA).stream()
+    panes = (kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds")
+             .window("10 seconds", emit="every_batch").agg(F.count("*").alias("n")))
+    with pytest.raises(TypeError, match="once per pane"):
+        kw.rollup(panes, key="device", source="device")
