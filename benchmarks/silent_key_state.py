@@ -47,6 +47,9 @@ def session():
                .config("spark.sql.session.timeZone", "UTC")
                # A full snapshot per batch: the SST size is the whole state.
                .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "false")
+               # Compacted at each commit: deleted and overwritten rows (tombstones, old
+               # versions) leave the SST files, which then hold only the live state.
+               .config("spark.sql.streaming.stateStore.rocksdb.compactOnCommit", "true")
                .config("spark.driver.memory", "2g"))
     s = kw.configure(builder).getOrCreate()
     s.sparkContext.setLogLevel("ERROR")
@@ -56,8 +59,11 @@ def session():
 class Run:
     """One streaming query over a directory of files, one file per micro-batch."""
 
-    def __init__(self, spark, root: Path, build):
+    def __init__(self, spark, root: Path, build, processing_time: bool = False):
         self.spark, self.root, self.build, self.n = spark, root, build, 0
+        # A processing-time query (idle_timeout) always has another no-data batch to run, so
+        # availableNow would never end: it runs one micro-batch a start instead.
+        self.processing_time = processing_time
         (root / "in").mkdir(parents=True)
 
     def batch(self, rows) -> dict:
@@ -65,8 +71,9 @@ class Run:
         self.n += 1
         events = (self.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
                   .parquet(str(self.root / "in" / "*")))
-        q = (self.build(events).writeStream.format("noop").outputMode("append")
-             .option("checkpointLocation", str(self.root / "ckpt")).trigger(availableNow=True).start())
+        writer = (self.build(events).writeStream.format("noop").outputMode("append")
+                  .option("checkpointLocation", str(self.root / "ckpt")))
+        q = (writer.trigger(once=True) if self.processing_time else writer.trigger(availableNow=True)).start()
         q.awaitTermination()
         if q.exception():
             raise q.exception()
@@ -95,7 +102,7 @@ def native(events):
 def scenario(spark, root: Path, build, silent: int, idle: bool = False) -> dict:
     """`silent` keys send two rows 30 s apart (their first window closes, the second stays
     open), then nothing; key "busy" keeps sending, moving the global watermark on."""
-    run = Run(spark, root, build)
+    run = Run(spark, root, build, processing_time=idle)
     run.batch([("busy", ts(0), 1.0)])
     keys = [(f"k{i:07d}", ts(1), 1.0) for i in range(silent)]
     at = {"open": run.batch(keys + [("busy", ts(1), 1.0)])}

@@ -91,3 +91,27 @@ def test_a_changed_query_resumes_or_is_refused(spark, workdir, change):
         # Nothing but names changed: the windows of an uninterrupted run, value for value.
         run(spark, BASE, input_dir, workdir / "full-ckpt", workdir / "full")
         assert sorted(both) == sorted(windows(spark, workdir / "full"))
+
+
+def test_a_refusal_waits_for_a_key_with_stored_windows(spark, workdir):
+    """The refusal is per key (the spec is recorded in each key's stored row): a micro-batch
+    after a refused change that touches only new keys commits, writing their state for the
+    changed query; from then on each definition refuses the other's keys (docs/semantics.md,
+    "Upgrades")."""
+    import datetime
+
+    at = lambda s: datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=s)  # noqa: E731
+    changed = lambda e: keyed(e).window("20 seconds").agg_with_report(*sq._aggs())  # noqa: E731
+    input_dir, checkpoint = workdir / "input", workdir / "ckpt"
+    # "a" keeps an open window [20 s, 30 s) in state; the default max_skew fires no timer here.
+    sq.write_files(spark, [[("a", at(1), 1.0, "g"), ("a", at(25), 1.0, "g")]], input_dir)
+    run(spark, BASE, input_dir, checkpoint, workdir / "out")
+    sq.write_files(spark, [[("new", at(26), 1.0, "g")]], input_dir, first=1)
+    commits = len(list((checkpoint / "commits").glob("[0-9]*")))
+    run(spark, changed, input_dir, checkpoint, workdir / "out2")  # only a new key: not refused
+    assert len(list((checkpoint / "commits").glob("[0-9]*"))) > commits
+    sq.write_files(spark, [[("a", at(27), 1.0, "g"), ("new", at(27), 1.0, "g")]], input_dir, first=2)
+    for build in (changed, BASE):
+        with pytest.raises(Exception) as refused:
+            run(spark, build, input_dir, checkpoint, workdir / "out3")
+        assert "written for another window spec" in str(refused.value)
