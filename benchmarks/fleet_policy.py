@@ -270,7 +270,10 @@ def main(argv=None) -> str:
         + class_lines) + f"\n\n(seed {args.seed}; {time.time() - started:.0f} s)\n"
     print(report)
     if args.out:
-        args.out.write_text(report)
+        # A title: every Markdown file under benchmarks/ is a page of the docs site.
+        args.out.write_text(f"# Issue 27: global, keyed default and closing='fleet' (seed {args.seed})\n\n"
+                            f"Written by `benchmarks/fleet_policy.py --seed {args.seed} --out ...`; "
+                            "see benchmarks/README.md.\n\n" + report)
     return report
 
 
