@@ -77,6 +77,20 @@ def check(rows, progress, model, batches, numeric: bool = False) -> None:
     assert emitted_rows + model.open_rows + sum(late.values()) == sum(len(b) for b in batches)
 
 
+def spark_with_watermark_windows(spark, tmp_path: Path, batches) -> Counter:
+    """Spark's own withWatermark("ts", "5 seconds") aggregation over the same micro-batches:
+    (device, window start, sorted temps) of every window it emits."""
+    replay = Replay(spark, tmp_path / "spark", schema=SCHEMA)
+    replay.add_all([[(k, ts(t), v, None, s) for k, t, v, _, s in b] for b in batches])
+    native = (replay.stream().withWatermark("ts", "5 seconds")
+              .groupBy("device", F.window("ts", f"{WINDOW_S} seconds"))
+              .agg(F.sort_array(F.collect_list("temp")).alias("temps")))
+    run_to_end(native, tmp_path / "spark" / "out", tmp_path / "spark" / "checkpoint")
+    return Counter((r.device, r.start, tuple(r.temps)) for r in spark.read.schema(native.schema)
+                   .parquet(str(tmp_path / "spark" / "out"))
+                   .select("device", F.unix_micros("window.start").alias("start"), "temps").collect())
+
+
 @spark_examples(4)
 @given(batches=policy_stream(), lateness_s=st.sampled_from([0, 5]))
 def test_key_lateness_mapping_matches_model(spark, tmp_path_factory, batches, lateness_s):
@@ -192,15 +206,7 @@ def test_global_closing_equals_spark_with_watermark(spark, tmp_path):
     rows, _ = run_ours(spark, tmp_path / "ours", batches, 5, closing="global")
     ours = Counter((r.device, r.start, tuple(r.temps)) for r in rows if r.kw_kind == "window")
 
-    replay = Replay(spark, tmp_path / "spark", schema=SCHEMA)
-    replay.add_all([[(k, ts(t), v, None, s) for k, t, v, _, s in b] for b in batches])
-    native = (replay.stream().withWatermark("ts", "5 seconds")
-              .groupBy("device", F.window("ts", f"{WINDOW_S} seconds"))
-              .agg(F.sort_array(F.collect_list("temp")).alias("temps")))
-    run_to_end(native, tmp_path / "spark" / "out", tmp_path / "spark" / "checkpoint")
-    theirs = Counter((r.device, r.start, tuple(r.temps)) for r in spark.read.schema(native.schema)
-                     .parquet(str(tmp_path / "spark" / "out"))
-                     .select("device", F.unix_micros("window.start").alias("start"), "temps").collect())
+    theirs = spark_with_watermark_windows(spark, tmp_path, batches)
     assert ours == theirs
     assert len(ours) >= 6
 
@@ -240,15 +246,7 @@ def test_fleet_closing_equals_spark_with_watermark_for_keys_in_step(spark, tmp_p
     ours = Counter((r.device, r.start, tuple(r.temps)) for r in rows if r.kw_kind == "window")
     late = sum(r.kw_late_rows for r in rows if r.kw_kind == "late")
 
-    replay = Replay(spark, tmp_path / "spark", schema=SCHEMA)
-    replay.add_all([[(k, ts(t), v, None, s) for k, t, v, _, s in b] for b in batches])
-    native = (replay.stream().withWatermark("ts", "5 seconds")
-              .groupBy("device", F.window("ts", f"{WINDOW_S} seconds"))
-              .agg(F.sort_array(F.collect_list("temp")).alias("temps")))
-    run_to_end(native, tmp_path / "spark" / "out", tmp_path / "spark" / "checkpoint")
-    theirs = Counter((r.device, r.start, tuple(r.temps)) for r in spark.read.schema(native.schema)
-                     .parquet(str(tmp_path / "spark" / "out"))
-                     .select("device", F.unix_micros("window.start").alias("start"), "temps").collect())
+    theirs = spark_with_watermark_windows(spark, tmp_path, batches)
     assert ours == theirs
     assert late == 1 and len(ours) >= 8
     model = run_policy_model(batches, WINDOW_S * SECOND, Policy(5 * SECOND))
