@@ -63,8 +63,8 @@ private[keyedwatermarks] final case class WatermarkPolicy(
   def returningFloor(record: KeyRecord, nowMs: Long, global: Long): Long =
     floors.filter(_.coversReturningKey).map(_.floor(record, nowMs, global)).foldLeft(HeldWatermark.Undefined)(math.max)
 
-  /** closing='fleet': its floor. */
-  def fleet: Option[FleetFloor] = floors.collectFirst { case f: FleetFloor => f }
+  /** closing='fleet': its floor (a val: the operator asks for every partial). */
+  val fleet: Option[FleetFloor] = floors.collectFirst { case f: FleetFloor => f }
 
   /** The skew bound in force, if any (what spec.WatermarkSpec resolved max_skew to). */
 }
