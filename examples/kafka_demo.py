@@ -143,6 +143,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     args.window, args.lateness = cfg.window, cfg.lateness
     args.starting_offsets, args.available_now, args.trigger_interval = "earliest", True, None
     args.master, args.kafka_package = "local[2]", None
+    args.emit, args.accumulation, args.sink = "final", None, "append"
     return args
 
 

@@ -19,12 +19,27 @@ the same checkpoint, new for a new checkpoint) and ``txnVersion`` (the batch id)
 skips a write whose version it already committed for that application. A crash between the
 two tables' commits therefore leaves nothing doubled and nothing missing after the restart.
 
+Early results (``--emit every_batch --sink merge``): each window also fires an early pane in
+every micro-batch that added rows to it, before its device's watermark passes its end (then
+its on-time pane, exactly once; docs/semantics.md, "Panes and accumulation"), and the results
+table is upserted with Delta's ``MERGE`` on (device, window): it holds one row per window, its
+latest pane (the highest ``kw_pane_index``), which ends as the window's final value. The MERGE
+is idempotent per batch by the same means as the appends (Delta's idempotent DML: the session
+confs ``spark.databricks.delta.write.txnAppId`` / ``txnVersion``), and only replaces a row with
+a later pane. With ``--accumulation retracting`` the retraction rows are skipped: a MERGE sink
+replaces the previous pane, it does not subtract it.
+
 Runs on Spark 4.2 (the Kafka connector and Delta exist up to 4.2); see README "From Kafka to
 Delta". Example::
 
     python examples/kafka_to_delta.py --bootstrap-servers 127.0.0.1:9092 --topic iot-events \\
         --results-table out/kafka/windows --dead-letter-table out/kafka/dead_letter \\
         --checkpoint out/kafka/checkpoint --available-now
+
+    # early panes upserted into the results table:
+    python examples/kafka_to_delta.py --bootstrap-servers 127.0.0.1:9092 --topic iot-events \\
+        --results-table out/kafka-merge/windows --dead-letter-table out/kafka-merge/dead_letter \\
+        --checkpoint out/kafka-merge/checkpoint --available-now --emit every_batch --sink merge
 """
 
 from __future__ import annotations
@@ -49,6 +64,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # PERMISSIVE mode), and a row without an event time is an invalid row of the keyed operator.
 VALUE_SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, arrival_ms LONG"
 KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
+# Delta's idempotent DML (MERGE, UPDATE, DELETE): session confs, the DataFrameWriter's
+# txnAppId / txnVersion options for statements that have no writer.
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 
 def aggregates() -> Sequence[Column]:
@@ -110,7 +129,7 @@ def kafka_events(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
 
 def keyed_report(events: DataFrame, args: argparse.Namespace) -> DataFrame:
     return (kw.keyed_watermark(events, key="device", event_time="ts", lateness=args.lateness)
-            .window(args.window)
+            .window(args.window, emit=args.emit, accumulation=args.accumulation)
             .agg_with_report(*aggregates(), keep_late_rows=True))
 
 
@@ -122,13 +141,41 @@ def write_delta(df: DataFrame, path: str, app_id: str, batch_id: int) -> None:
      .save(path))
 
 
+def merge_delta(panes: DataFrame, path: str, app_id: str, batch_id: int) -> None:
+    """Upserts a micro-batch's panes into the Delta table at ``path`` (created on first use),
+    once per (app_id, batch_id): a window's row is inserted, or replaced by a pane with a higher
+    ``kw_pane_index``. A batch holds at most one pane per window (plus, with accumulation
+    'retracting', the retraction of the window's previous pane, which a MERGE does not need:
+    the new pane replaces that row), so MERGE never sees two source rows for one target row."""
+    from delta.tables import DeltaTable
+
+    spark = panes.sparkSession
+    if "kw_retraction" in panes.columns:
+        panes = panes.where(~F.col("kw_retraction")).drop("kw_retraction")
+    DeltaTable.createIfNotExists(spark).location(path).addColumns(panes.schema).execute()
+    # Set for this statement only: Delta skips it if this application already committed this
+    # version to the table (a replay of a batch whose MERGE committed before a crash).
+    spark.conf.set(TXN_APP_ID, app_id)
+    spark.conf.set(TXN_VERSION, str(batch_id))
+    try:
+        (DeltaTable.forPath(spark, path).alias("t")
+         .merge(panes.alias("s"), "t.device = s.device AND t.window = s.window")
+         .whenMatchedUpdateAll(condition="s.kw_pane_index > t.kw_pane_index")
+         .whenNotMatchedInsertAll()
+         .execute())
+    finally:
+        spark.conf.unset(TXN_APP_ID)
+        spark.conf.unset(TXN_VERSION)
+
+
 class BatchWriter:
     """The foreachBatch function (built with ``kw.foreach_batch``): window results to one
     Delta table, late and invalid rows to the dead-letter table, each idempotently; keeps
     per-batch counts for the progress line."""
 
-    def __init__(self, results_table: str, dead_letter_table: str) -> None:
+    def __init__(self, results_table: str, dead_letter_table: str, sink: str = "append") -> None:
         self.results_table = results_table
+        self.sink = sink
         self.dead_letter_table = dead_letter_table
         self._app_id: Optional[str] = None
         self._app_id_set = threading.Event()
@@ -146,8 +193,11 @@ class BatchWriter:
         return self._app_id
 
     def _results(self, df: DataFrame, batch_id: int) -> None:
-        write_delta(df.withColumn("batch_id", F.lit(batch_id)), self.results_table,
-                    self.app_id(), batch_id)
+        # Looked up at call time (not bound here): tests/kafka_crash_runner.py wraps both.
+        write = merge_delta if self.sink == "merge" else write_delta
+        write(df.withColumn("batch_id", F.lit(batch_id)), self.results_table, self.app_id(), batch_id)
+        if "kw_retraction" in df.columns:  # count the panes, not their retractions
+            df = df.where(~F.col("kw_retraction"))
         row = df.agg(F.count("*").alias("w"), F.countDistinct("device").alias("k")).first()
         self.stats.setdefault(batch_id, {}).update(windows=row.w, keys=row.k)
 
@@ -196,7 +246,7 @@ class ProgressPrinter(StreamingQueryListener):
 
 def start(spark: SparkSession, args: argparse.Namespace,
           log: Callable[[str], None] = print) -> StreamingQuery:
-    writer = BatchWriter(args.results_table, args.dead_letter_table)
+    writer = BatchWriter(args.results_table, args.dead_letter_table, args.sink)
     report = keyed_report(kafka_events(spark, args), args)
     printer = ProgressPrinter(writer, log)
     spark.streams.addListener(printer)
@@ -223,6 +273,17 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--checkpoint", required=True, help="the query's checkpoint location")
     ap.add_argument("--window", default="1 minute")
     ap.add_argument("--lateness", default="30 seconds", help="per-device lateness")
+    ap.add_argument("--emit", choices=("final", "every_batch"), default="final",
+                    help="final: each window once, when its device's watermark passes it; "
+                         "every_batch: also an early pane in every batch that changed it "
+                         "(default: %(default)s)")
+    ap.add_argument("--accumulation", choices=("accumulating", "retracting", "discarding"),
+                    help="what a repeated pane holds (with --emit every_batch; default: "
+                         "accumulating)")
+    ap.add_argument("--sink", choices=("append", "merge"), default="append",
+                    help="append: every pane is a row of the results table; merge: MERGE on "
+                         "(device, window), one row per window, its latest pane (needs --emit "
+                         "every_batch) (default: %(default)s)")
     ap.add_argument("--starting-offsets", default="earliest",
                     help="Kafka startingOffsets for a new checkpoint (default: %(default)s)")
     ap.add_argument("--max-offsets-per-trigger", type=int,
@@ -245,6 +306,17 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         raise PySparkValueError(message="--results-table and --dead-letter-table must differ")
     if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
         raise PySparkValueError(message="--max-offsets-per-trigger must be >= 1")
+    if args.accumulation is not None and args.emit != "every_batch":
+        raise PySparkValueError(message="--accumulation needs --emit every_batch (repeated panes)")
+    if args.sink == "merge" and args.emit != "every_batch":
+        raise PySparkValueError(
+            message="--sink merge needs --emit every_batch (with --emit final each window is "
+                    "written once: --sink append)")
+    if args.sink == "merge" and args.accumulation == "discarding":
+        raise PySparkValueError(
+            message="--sink merge keeps each window's latest pane, which with --accumulation "
+                    "discarding holds only the rows since the previous pane: use accumulating "
+                    "or retracting")
     return args
 
 

@@ -91,6 +91,11 @@ QUERIES: Dict[str, Callable[[DataFrame], DataFrame]] = {
     .window("10 seconds")
     .agg_with_report(*_aggs(), keep_late_rows=True),
     "allowed_lateness": lambda e: _keyed(e).window("10 seconds", allowed_lateness="20 seconds").agg(*_aggs()),
+    # Early panes every batch, each after the retraction of the window's previous pane, and
+    # late panes within allowed lateness: the pane columns and rows a Connect user gets.
+    "early_retracting": lambda e: _keyed(e)
+    .window("10 seconds", allowed_lateness="20 seconds", emit="every_batch", accumulation="retracting")
+    .agg(*_aggs()),
     # Per-key dedup: a device's later rows through a gateway it already used are copies until
     # the first row's window closes.
     "dedup": lambda e: _keyed(e, dedup=["gw"]).window("10 seconds").agg_with_report(*_aggs(), keep_late_rows=True),
@@ -228,6 +233,9 @@ BAD_INPUTS: Dict[str, Callable[[DataFrame, DataFrame], Any]] = {
     "month_window": lambda e, b: _keyed(e).window("1 month"),
     "slide_too_large": lambda e, b: _keyed(e).window("10 seconds", slide="11 seconds"),
     "too_many_windows": lambda e, b: _keyed(e).window("10 seconds", slide="1 microsecond"),
+    "bad_emit": lambda e, b: _keyed(e).window("10 seconds", emit="sometimes"),
+    "accumulation_without_early_panes": lambda e, b: _keyed(e).window("10 seconds", accumulation="retracting"),
+    "emit_not_a_string": lambda e, b: _keyed(e).window("10 seconds", emit=True),
     "gap_column_type": lambda e, b: _keyed(e).session(F.col("temp")),
     "non_aggregate": lambda e, b: _keyed(e).window("10 seconds").agg(F.col("temp")),
     "unknown_aggregate_column": lambda e, b: _keyed(e).window("10 seconds").agg(F.sum("no_such_column")),

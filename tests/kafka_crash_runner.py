@@ -12,8 +12,14 @@ task hangs) so that the test can ``kill -9`` the whole process group at that exa
 - ``between-tables``: the results table committed the batch, the dead-letter table did not;
 - ``after-both``: both tables committed the batch, Spark's commit log did not.
 
-The hang is injected around the pipeline's own ``write_delta`` (the only function replaced);
-everything else, Kafka, Spark and Delta included, is the real pipeline.
+With ``--sink merge`` the results table's write is the pipeline's ``merge_delta`` (a Delta
+MERGE), and the phases are the same around it: ``between-tables`` and ``after-both`` kill the
+pipeline after the MERGE committed and before Spark's commit. (``mid-results`` still hangs the
+MERGE's job, but in the scan of its source, before the MERGE writes a file: the barrier then
+waits out its 10 s.)
+
+The hang is injected around the pipeline's own ``write_delta`` and ``merge_delta`` (the only
+functions replaced); everything else, Kafka, Spark and Delta included, is the real pipeline.
 """
 
 from __future__ import annotations
@@ -77,24 +83,27 @@ def main() -> None:
     if phase not in PHASES:
         raise SystemExit(f"unknown phase {phase!r}; one of {PHASES}")
     pipeline_args = kafka_to_delta.parse_args(argv[split + 1:])
-    write_delta = kafka_to_delta.write_delta
 
-    def write_with_crash_point(df, path, app_id, batch_id):
-        table = "results" if path == pipeline_args.results_table else "dead-letter"
-        what = f"{batch_id}:{phase}"
-        if batch_id == crash_batch:
-            if phase == "before-results" and table == "results":
-                reached(own.marker, what)
-                hang()
-            if phase == f"mid-{table}":
-                df = df.mapInArrow(mid_write_barrier(own.marker, path, what), df.schema)
-        write_delta(df, path, app_id, batch_id)
-        if batch_id == crash_batch:
-            if (phase, table) in (("between-tables", "results"), ("after-both", "dead-letter")):
-                reached(own.marker, what)
-                hang()
+    def with_crash_point(write):
+        def write_with_crash_point(df, path, app_id, batch_id):
+            table = "results" if path == pipeline_args.results_table else "dead-letter"
+            what = f"{batch_id}:{phase}"
+            if batch_id == crash_batch:
+                if phase == "before-results" and table == "results":
+                    reached(own.marker, what)
+                    hang()
+                if phase == f"mid-{table}":
+                    df = df.mapInArrow(mid_write_barrier(own.marker, path, what), df.schema)
+            write(df, path, app_id, batch_id)
+            if batch_id == crash_batch:
+                if (phase, table) in (("between-tables", "results"), ("after-both", "dead-letter")):
+                    reached(own.marker, what)
+                    hang()
 
-    kafka_to_delta.write_delta = write_with_crash_point
+        return write_with_crash_point
+
+    kafka_to_delta.write_delta = with_crash_point(kafka_to_delta.write_delta)
+    kafka_to_delta.merge_delta = with_crash_point(kafka_to_delta.merge_delta)
     kafka_to_delta.main(argv[split + 1:])
 
 

@@ -8,6 +8,9 @@
   model of docs/semantics.md (tests/reference_model.py) over those batches.
 - The window values: Spark's batch ``groupBy(device, window(ts)).agg(...)`` over the on-time
   messages.
+- With early panes (``--emit every_batch --sink merge``): the model's panes, and per window the
+  latest one a MERGE sink keeps after each batch (``latest_panes``); its values are Spark's
+  groupBy over the pane's messages.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from reference_model import ModelResult, run_model
+from reference_model import ModelResult, Window, run_model
 from support import SECOND
 Coord = Tuple[int, int]  # (partition, offset)
 
@@ -83,7 +86,8 @@ class Expected:
 
 
 def expected(messages: List[Message], batches: List[Dict[int, Tuple[int, int]]],
-             lateness_s: int, window_s: int) -> Expected:
+             lateness_s: int, window_s: int, emit: str = "final",
+             accumulation: str = "accumulating") -> Expected:
     by_coord = {(m.partition, m.offset): m for m in messages}
     batch_of: Dict[Coord, int] = {}
     model_batches = []
@@ -96,7 +100,8 @@ def expected(messages: List[Message], batches: List[Dict[int, Tuple[int, int]]],
                 rows.append((m.key, m.ts, (p, off)))
         model_batches.append(rows)
     assert len(batch_of) == len(messages), "the logged batches do not cover the topic"
-    model = run_model(model_batches, lateness_s * SECOND, window_s * SECOND)
+    model = run_model(model_batches, lateness_s * SECOND, window_s * SECOND, emit=emit,
+                      accumulation=accumulation)
     out = Expected(messages, batch_of, model)
     for w in model.emitted:
         out.windows[(w.key, w.start)] = w.batch
@@ -115,7 +120,25 @@ def spark_window_values(spark: SparkSession, bootstrap: str, topic: str, exp: Ex
                         window: str) -> Dict[Tuple[str, int], tuple]:
     """Spark's batch groupBy(device, window).agg(...) over the on-time messages of the
     emitted windows: (device, start micros) -> (n, avg, min, max)."""
-    on_time = [(p, o) for coords in exp.on_time.values() for p, o in coords]
+    return spark_values_over(spark, bootstrap, topic, exp.on_time, window)
+
+
+def latest_panes(model: ModelResult, upto: Optional[int] = None) -> Dict[Tuple[str, int], Window]:
+    """Per window, its latest pane (retractions left out) fired in a batch <= ``upto`` (None:
+    any): the row a sink keeping each window's highest ``kw_pane_index`` holds then."""
+    out: Dict[Tuple[str, int], Window] = {}
+    for w in model.emitted:  # in firing order
+        if not w.retraction and (upto is None or w.batch <= upto):
+            out[(w.key, w.start)] = w
+    return out
+
+
+def spark_values_over(spark: SparkSession, bootstrap: str, topic: str,
+                      coords: Dict[Tuple[str, int], List[Coord]],
+                      window: str) -> Dict[Tuple[str, int], tuple]:
+    """Spark's batch groupBy(device, window).agg(...) over the messages at ``coords`` (each
+    window's (partition, offset) list): (device, start micros) -> (n, avg, min, max)."""
+    on_time = [(p, o) for cs in coords.values() for p, o in cs]
     if not on_time:
         return {}
     keep = spark.createDataFrame(on_time, "partition INT, offset LONG")

@@ -97,6 +97,20 @@ def test_query_results_are_identical(classic, connect, name):
         assert sum(p["metrics"]["duplicate_rows"] for p in progress.values()) > 0, "copies dropped"
     if "kw_kind" in ours["columns"]:
         assert _report_rows(ours["rows"]), "the report scenarios have late or invalid rows"
+    if "kw_pane" in ours["columns"]:
+        _assert_every_pane_kind(ours["rows"])
+
+
+def _assert_every_pane_kind(rows_per_batch):
+    """The early-pane scenario has early, on-time and late panes and retraction rows, and
+    every retraction comes in the batch of the pane that replaces it."""
+    rows = [r for rows in rows_per_batch.values() for r in rows]
+    assert {r["kw_pane"] for r in rows} == {"early", "on_time", "late"}
+    assert any(r["kw_retraction"] for r in rows)
+    for batch in rows_per_batch.values():
+        panes = {(r["device"], r["window"]["start"], r["kw_pane_index"]) for r in batch if not r["kw_retraction"]}
+        assert all((r["device"], r["window"]["start"], r["kw_pane_index"]) in panes
+                   for r in batch if r["kw_retraction"])
 
 
 def test_keep_late_rows_with_foreach_batch_is_identical(classic, connect):

@@ -48,8 +48,8 @@ from iot_demo import Config  # noqa: E402
 
 from kafka_crash_runner import PHASES  # noqa: E402
 from kafka_oracle import (  # noqa: E402
-    duplicates, expected, logged_batches, read_dead_letter, read_results, read_topic,
-    spark_window_values)
+    duplicates, expected, latest_panes, logged_batches, read_dead_letter, read_results, read_topic,
+    spark_values_over, spark_window_values)
 
 pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
 
@@ -395,3 +395,157 @@ def test_broker_restart_while_query_runs(delta_spark, tmp_path, broker, produced
         run.run_to_end()  # restart from the checkpoint
     figures = check_against_oracle(delta_spark, run, produced)
     print(f"\nbroker restart: {outcome}; {figures}")
+
+
+# -- the MERGE upsert sink: early panes, one row per window (--emit every_batch --sink merge) --
+
+# Retracting: its retraction rows are what a MERGE sink must skip (accumulating panes need no
+# skipping, and hold the same values).
+MERGE_ACCUMULATION = "retracting"
+# Two seeded kill points: one phase of each group; the second group's are after the batch's
+# MERGE committed and before Spark's commit, so the replayed batch's MERGE must be skipped.
+MERGE_KILL_PHASES = (("before-results", "mid-dead-letter"), ("between-tables", "after-both"))
+MERGED_BEFORE_COMMIT = {"between-tables", "after-both"}
+
+
+class MergeRun(Run):
+    def args(self, available_now: bool = True) -> List[str]:
+        return super().args(available_now) + [
+            "--emit", "every_batch", "--accumulation", MERGE_ACCUMULATION, "--sink", "merge"]
+
+    def run_in_process(self, spark) -> None:
+        """Runs the pipeline to the end (from its checkpoint, if any) in this process's Spark
+        session: the same code as in its own process, without a Spark start-up to pay."""
+        query = kafka_to_delta.start(spark, kafka_to_delta.parse_args(self.args()), log=lambda _: None)
+        try:
+            query.awaitTermination()
+        finally:
+            spark.streams.removeListener(query.printer)
+        assert query.exception() is None, query.exception()
+
+
+def merged_txn_versions(table: str) -> List[tuple]:
+    """(Delta version, txnVersion) of every commit in the table's log that carries an
+    idempotent-write transaction: one per MERGE that the pipeline committed."""
+    import json
+
+    out = []
+    for commit in sorted((Path(table) / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "txn" in action:
+                out.append((int(commit.stem), action["txn"]["version"]))
+    return out
+
+
+def read_merged(spark, table: str, version: Optional[int] = None) -> List[tuple]:
+    """(device, start micros, n, avg, min, max, kw_pane, kw_pane_index, batch_id) per row of
+    the upserted results table (as of a Delta version, if given)."""
+    from pyspark.sql import functions as F
+
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return [tuple(r) for r in reader.load(table).select(
+        "device", F.unix_micros("window.start").alias("start"), "n", "avg_temp", "min_temp",
+        "max_temp", "kw_pane", "kw_pane_index", "batch_id").collect()]
+
+
+def check_merged(spark, run: Run, produced_msgs) -> dict:
+    """The upserted table holds, per window, exactly the model's latest pane (its kind, index
+    and batch) with Spark's groupBy values over that pane's messages; every on-time window of
+    the stream ends with its on-time pane; nothing is in it twice."""
+    messages = read_topic(spark, run.broker.bootstrap, run.topic)
+    assert len(messages) == len(produced_msgs)
+    batches = logged_batches(run.checkpoint, run.topic)
+    exp = expected(messages, batches, LATENESS_S, WINDOW_S, emit="every_batch",
+                   accumulation=MERGE_ACCUMULATION)
+    rows = read_merged(spark, run.results)
+    assert duplicates((r[0], r[1]) for r in rows) == 0
+    latest = latest_panes(exp.model)
+    assert {(r[0], r[1]): (r[6], r[7], r[8]) for r in rows} == {
+        k: (w.pane, w.revision, w.batch) for k, w in latest.items()}
+    truth = spark_values_over(spark, run.broker.bootstrap, run.topic,
+                              {k: list(w.values) for k, w in latest.items()}, f"{WINDOW_S} seconds")
+    for device, start, n, avg, mn, mx, *_ in rows:
+        t_n, t_avg, t_min, t_max = truth[(device, start)]
+        assert (n, mn, mx) == (t_n, t_min, t_max), (device, start)
+        assert math.isclose(avg, t_avg, rel_tol=1e-12), (device, start, avg, t_avg)
+    # Every window the default emission (emit='final') emits ends as its on-time pane, with
+    # the same rows; the rest are windows still open after the last batch.
+    final = expected(messages, batches, LATENESS_S, WINDOW_S)
+    on_time = {k for k, w in latest.items() if w.pane == "on_time"}
+    assert on_time == set(final.windows)
+    assert all(latest[k].values == tuple(final.on_time[k]) for k in on_time)
+    assert {k for k, w in latest.items() if w.pane == "early"} == set(final.model.open)
+    retractions = sum(1 for w in exp.model.emitted if w.retraction)
+    return {"batches": len(batches), "windows": len(rows), "on_time": len(on_time),
+            "open": len(rows) - len(on_time), "panes": len(exp.model.emitted) - retractions,
+            "retractions_skipped": retractions, "model": exp.model}
+
+
+@pytest.fixture(scope="module")
+def merge_uninterrupted(tmp_path_factory, delta_spark, broker, produced):
+    run = MergeRun(tmp_path_factory.mktemp("merge-uninterrupted"), broker, "iot-quick")
+    started = time.monotonic()
+    run.run_in_process(delta_spark)
+    run.seconds = time.monotonic() - started
+    return run
+
+
+def test_merge_upsert_holds_each_windows_latest_pane_then_its_final_value(delta_spark, merge_uninterrupted,
+                                                                           produced):
+    run = merge_uninterrupted
+    figures = check_merged(delta_spark, run, produced)
+    model = figures.pop("model")
+    # After each batch's MERGE (the Delta version whose transaction is that batch), the table
+    # held each window's latest pane so far: early panes first, replaced by later ones.
+    txns = merged_txn_versions(run.results)
+    assert [b for _, b in txns] == list(range(figures["batches"]))  # one MERGE per batch, in order
+    seen_early = set()
+    for version, batch in txns:
+        rows = read_merged(delta_spark, run.results, version)
+        assert {(r[0], r[1]): (r[6], r[7], r[2]) for r in rows} == {
+            k: (w.pane, w.revision, len(w.values)) for k, w in latest_panes(model, batch).items()}, batch
+        seen_early |= {(r[0], r[1]) for r in rows if r[6] == "early"}
+    final = {(r[0], r[1]): r[6] for r in read_merged(delta_spark, run.results)}
+    early_then_on_time = sum(1 for k in seen_early if final.get(k) == "on_time")
+    figures.update(early_then_on_time=early_then_on_time, seconds=round(run.seconds, 1))
+    print(f"\nmerge sink, uninterrupted: {figures}")
+    # A stream that exercises the sink: windows whose row existed (early) before their on-time
+    # pane, windows still open at the end, and retraction rows that the MERGE skipped.
+    assert early_then_on_time >= 10 and figures["open"] >= 1 and figures["retractions_skipped"] >= 1
+
+
+def test_merge_upsert_kill9_equals_uninterrupted(delta_spark, tmp_path, broker, produced, merge_uninterrupted):
+    n_batches = len(logged_batches(merge_uninterrupted.checkpoint, merge_uninterrupted.topic))
+    rng = random.Random(SEED + 2)
+    phases = [rng.choice(group) for group in MERGE_KILL_PHASES]
+    rng.shuffle(phases)
+    points = list(zip(sorted(rng.sample(range(1, n_batches), len(phases))), phases))
+    run = MergeRun(tmp_path / "merge-crashed", broker, "iot-quick")
+    started = time.monotonic()
+    kills = []
+    for batch, phase in points:
+        kill = run.run_until_crash(batch, phase)
+        assert not (run.checkpoint / "commits" / str(batch)).exists()
+        # The batch's MERGE committed (then the replay must be skipped) or it did not.
+        merged = batch in [b for _, b in merged_txn_versions(run.results)]
+        assert merged == (phase in MERGED_BEFORE_COMMIT), kill
+        kills.append({**kill, "merge_committed": merged})
+    run.run_in_process(delta_spark)  # the last restart, to the end
+    seconds = time.monotonic() - started
+
+    got, want = Counter(read_merged(delta_spark, run.results)), Counter(read_merged(delta_spark, merge_uninterrupted.results))
+    got_d, want_d = Counter(read_dead_letter(delta_spark, run.dead_letter)), Counter(
+        read_dead_letter(delta_spark, merge_uninterrupted.dead_letter))
+    figures = {"windows_expected": sum(want.values()), "windows_written": sum(got.values()),
+               "windows_duplicated": sum((got - want).values()), "windows_missing": sum((want - got).values()),
+               "dead_letter_duplicated": sum((got_d - want_d).values()),
+               "dead_letter_missing": sum((want_d - got_d).values()), "seconds": round(seconds, 1)}
+    print(f"\nmerge sink kill points: {kills}\nfigures: {figures}")
+    assert got == want and got_d == want_d
+    # Each batch's MERGE committed exactly once, replays included.
+    txns = [b for _, b in merged_txn_versions(run.results)]
+    assert txns == list(range(n_batches)), txns
+    check_merged(delta_spark, run, produced)
