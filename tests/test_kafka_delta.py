@@ -402,6 +402,9 @@ def test_broker_restart_while_query_runs(delta_spark, tmp_path, broker, produced
 # Retracting: its retraction rows are what a MERGE sink must skip (accumulating panes need no
 # skipping, and hold the same values).
 MERGE_ACCUMULATION = "retracting"
+# Larger micro-batches than the append tests' (5 micro-batches of the quick stream, not 8): fewer
+# MERGEs to pay for, still windows with early panes in one batch and on-time ones in a later.
+MERGE_MAX_OFFSETS = 400
 # Two seeded kill points: one phase of each group; the second group's are after the batch's
 # MERGE committed and before Spark's commit, so the replayed batch's MERGE must be skipped.
 MERGE_KILL_PHASES = (("before-results", "mid-dead-letter"), ("between-tables", "after-both"))
@@ -411,6 +414,7 @@ MERGED_BEFORE_COMMIT = {"between-tables", "after-both"}
 class MergeRun(Run):
     def args(self, available_now: bool = True) -> List[str]:
         return super().args(available_now) + [
+            "--max-offsets-per-trigger", str(MERGE_MAX_OFFSETS),  # the last one given counts
             "--emit", "every_batch", "--accumulation", MERGE_ACCUMULATION, "--sink", "merge"]
 
     def run_in_process(self, spark) -> None:
