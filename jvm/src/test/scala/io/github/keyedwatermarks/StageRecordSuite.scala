@@ -57,7 +57,7 @@ class StageRecordSuite extends AnyFunSuite {
     val m = refusal(record(), record(windowRows = rows("count", "sum", "min")))
     assert(m.contains("written for another schema (other aggregates, or another version of keyed-watermarks)"))
     assert(m.contains("the state's open windows hold (count bigint, sum bigint), this query's " +
-      "(count bigint, sum bigint, min bigint)"))
+        "(count bigint, sum bigint, min bigint)"))
   }
 
   test("other key columns are refused, naming both") {
@@ -70,6 +70,7 @@ class StageRecordSuite extends AnyFunSuite {
     val m = refusal(record().copy(release = newer), record())
     assert(m.contains(s"written by keyed-watermarks $newer, newer than this keyed-watermarks ${StateRelease.Current}"))
     // An older release's record binds this release's query as it binds its own.
-    assert(StageRecord.decide(Some(record().copy(release = StateRelease.Unstamped)), Some(0L), record(), what) == Resume)
+    assert(StageRecord.decide(Some(record().copy(release = StateRelease.Unstamped)), Some(0L), record(),
+      what) == Resume)
   }
 }

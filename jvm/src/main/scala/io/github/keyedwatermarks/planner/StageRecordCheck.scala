@@ -26,9 +26,10 @@ import io.github.keyedwatermarks.state.StageRecord
 private[keyedwatermarks] final class StageRecordCheck(session: SparkSession) extends ColumnarRule {
   override def preColumnarTransitions: Rule[SparkPlan] = new Rule[SparkPlan] {
     def apply(plan: SparkPlan): SparkPlan = {
-      plan.foreach(node => StageRecordCheck.keyedStage(node).foreach { case (processor, info) =>
-        StageRecordCheck.checkOnce(session, processor, info)
-      })
+      plan.foreach(node =>
+        StageRecordCheck.keyedStage(node).foreach { case (processor, info) =>
+          StageRecordCheck.checkOnce(session, processor, info)
+        })
       plan
     }
   }

@@ -130,9 +130,11 @@ private[keyedwatermarks] object StageRecord {
       if (!fs.exists(file)) None
       else {
         val in = fs.open(file)
-        val json = try new String(in.readAllBytes(), StandardCharsets.UTF_8) finally in.close()
+        val json =
+          try new String(in.readAllBytes(), StandardCharsets.UTF_8)
+          finally in.close()
         Some(Try(fromJson(json)).getOrElse(throw new IllegalStateException(
-          s"$what: its record $file is unreadable; restart the query from a new checkpoint location")))
+              s"$what: its record $file is unreadable; restart the query from a new checkpoint location")))
       }
     decide(stored, lastCommit(fs, new Path(root, "commits")), query, what) match {
       case Resume =>
@@ -141,7 +143,8 @@ private[keyedwatermarks] object StageRecord {
         fs.mkdirs(stateDir)
         val temp = new Path(stateDir, s".$FileName.${java.util.UUID.randomUUID()}.tmp")
         val out = fs.create(temp, true)
-        try out.write(record.toJson.getBytes(StandardCharsets.UTF_8)) finally out.close()
+        try out.write(record.toJson.getBytes(StandardCharsets.UTF_8))
+        finally out.close()
         fs.delete(file, false)
         if (!fs.rename(temp, file)) throw new IllegalStateException(s"could not write $file")
     }
