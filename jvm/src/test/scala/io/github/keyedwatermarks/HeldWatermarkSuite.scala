@@ -89,12 +89,14 @@ class HeldWatermarkSuite extends AnyFunSuite {
   private def spec(change: WatermarkSpec => WatermarkSpec = identity) =
     change(WatermarkSpec(Seq("k"), "ts", DurationOption("lateness", "0 seconds")))
 
-  test("closing='fleet': the skew learnt when the key's max moves, the floor behind Spark's watermark (capped at the key's max), end only") {
+  test(
+    "closing='fleet': the skew learnt when the key's max moves, the floor behind Spark's watermark (capped at the key's max), end only") {
     val spec =
       WatermarkSpec(Seq("k"), "t", DurationOption("lateness", "0 seconds"), maxSkew = SkewOf(100L), fleetClosing = true)
     val policy = spec.policy
     val fleet = policy.fleet.get
-    assert(policy.proposal == Proposal.ClockOnly && fleet == FleetFloor(100L, 0L) && policy.maxSkewMicros.contains(100L))
+    assert(policy.proposal == Proposal.ClockOnly && fleet == FleetFloor(100L, 0L) && policy.maxSkewMicros.contains(
+      100L))
     val wm = new HeldWatermark(policy, HeldWatermark.freshRecord(spec.lateness.micros))
     wm.observe(1000L)
     fleet.learn(wm.record, maxBefore = Undefined, global = 1030L) // the key's watermark (its max) trails E by 30
