@@ -13,7 +13,7 @@ import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 import io.github.keyedwatermarks.partials.PartialLayout
 import io.github.keyedwatermarks.emission.{Firing, Pane, WindowEmitter}
 import io.github.keyedwatermarks.spec.Emission
-import io.github.keyedwatermarks.state.{KeyState, StoredKey}
+import io.github.keyedwatermarks.state.{KeyState, OpenWindowRows, StageRecord, StoredKey}
 import io.github.keyedwatermarks.watermark.{
   ClosedWindows, EventTimeClock, HeldWatermark, KeyRecord, ProcessingTimeClock, WatermarkPolicy
 }
@@ -33,7 +33,9 @@ private[keyedwatermarks] final case class OperatorPlan(
     /** When windows fire and what repeated panes hold (emission.Firing). */
     emission: Emission = Emission.Default,
     /** Per-key deduplication (option `dedup`): partials carry their row's dedup values. */
-    dedup: Boolean = false)
+    dedup: Boolean = false,
+    /** The key columns' names in the query (those of `keySchema` are positional). */
+    keyNames: Seq[String] = Nil)
 
 /**
  * The keyed-watermark windowed aggregation, run by `transformWithState` (never with Spark
@@ -90,9 +92,18 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   }
 
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
-    state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows,
-      if (plan.emission.retracting) Some(plan.emitter.aggregateSchema) else None, plan.dedup)
+    state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows, previousPaneSchema, plan.dedup)
   }
+
+  private def previousPaneSchema = if (plan.emission.retracting) Some(plan.emitter.aggregateSchema) else None
+
+  /**
+   * What this stage's state is written for, as the checkpoint's record of it holds it
+   * (state.StageRecord): what the per-key check of KeyState compares, and the key columns.
+   */
+  def stageRecord(batch: Long): StageRecord = StageRecord.current(KeyState.describe(plan.windows),
+    new OpenWindowRows(agg.bufferSchema, previousPaneSchema).schema,
+    plan.keyNames.zip(plan.keySchema.fields).map { case (n, f) => s"$n ${f.dataType.simpleString}" }, batch)
 
   /** Spark's global watermark in microseconds (only with max_skew / closing='global'). */
   private def globalWatermark(timerValues: TimerValues): Long =
@@ -258,7 +269,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       if (plan.dedup) batch.duplicates += partial.getLong(layout.duplicates)
       if (plan.dedup && duplicate(partial, start)) batch.duplicates += partial.getLong(layout.rows)
       else {
-        update.observe(partial, start)
+        update.observe(partial)
         if (isLate(start, watermarkAtStart)) {
           late += partial.getLong(layout.rows)
           keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)

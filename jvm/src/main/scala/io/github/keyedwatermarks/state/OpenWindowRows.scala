@@ -16,12 +16,8 @@ private[keyedwatermarks] final class OpenWindowRows(bufferSchema: StructType, pr
   private val revisionsOrdinal = bufferSchema.length
 
   /** The rows' schema (its fingerprint guards the stored bytes: field names and order must stay). */
-  val schema: StructType = StructType(bufferSchema
-    .add(StructField("kw_revisions", IntegerType, nullable = false))
-    .add(StructField("kw_end", LongType, nullable = false))
-    .add(StructField("kw_start", LongType, nullable = false))
-    .add(StructField("kw_dirty", BooleanType, nullable = false))
-    .fields ++ previousSchema.map(StructField("kw_previous_pane", _, nullable = true)))
+  val schema: StructType = StructType(bufferSchema.fields ++ OpenWindowRows.CommonFields ++
+    previousSchema.map(StructField("kw_previous_pane", _, nullable = true)))
 
   def revisions(row: InternalRow): Int = row.getInt(revisionsOrdinal)
   def end(row: InternalRow): Long = row.getLong(revisionsOrdinal + 1)
@@ -40,4 +36,13 @@ private[keyedwatermarks] final class OpenWindowRows(bufferSchema: StructType, pr
     new JoinedRow(storedBuffer,
       if (previousSchema.isEmpty) InternalRow(revisions, end, start, dirty)
       else InternalRow(revisions, end, start, dirty, previous))
+}
+
+private[keyedwatermarks] object OpenWindowRows {
+  /** The fields after the aggregation buffer that every query's rows have, in order. */
+  val CommonFields: Seq[StructField] = Seq(
+    StructField("kw_revisions", IntegerType, nullable = false),
+    StructField("kw_end", LongType, nullable = false),
+    StructField("kw_start", LongType, nullable = false),
+    StructField("kw_dirty", BooleanType, nullable = false))
 }
