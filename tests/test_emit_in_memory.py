@@ -9,12 +9,14 @@ each window has exactly one on-time pane with indexes 0, 1, 2, ... in order."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 
-from reference_model import run_model
+from reference_model import run_model, run_session_model
 from support import LATENESS_CHOICES_S, SECOND, in_memory, packed_streams, run_in_memory
 from test_operator_in_memory import agg_of, aggs, late_per_batch_key, options
 
@@ -136,3 +138,108 @@ def test_model_panes_agree_with_final(batches, lateness_s, window, allowed_s):
                 if (w.key, w.start) in want:
                     closed[(w.key, w.start)] = Counter(w.values)
         assert closed == want
+
+
+SESSION_STRATEGIES = STRATEGIES
+
+
+def session_values(vs):
+    # collect_list skips nulls, as Spark does.
+    return tuple(sorted((v for v in vs if v is not None), key=repr))
+
+
+def check_sessions_against_final(rows, final, final_open, accumulation) -> None:
+    """Properties of session panes, on the operator's own output (`rows`: (batch, output row))
+    against the model's emit='final' result on the same stream (`final`: its sessions emitted,
+    `final_open`: key -> sessions still open at the end):
+    - retracting: the rows minus the retractions are exactly the sessions at the end (every
+      session the key ever formed, each once, with all its values);
+    - the last pane of every session final's emit='final' fired last (its last revision) is
+      that revision; discarding panes within a session's bounds add up to it;
+    - per key: early panes of a session come before its on-time pane, one on-time pane per
+      session lineage, and without allowed lateness the on-time pane is a session's last."""
+    # Sessions at the end per key: final's last revision of each settled session, and those
+    # still open (a session that grew past the watermark is open, and newer than its revision).
+    ends = defaultdict(dict)  # key -> (start, end) -> values
+    for s in final.emitted:
+        for (a, b) in list(ends[s.key]):
+            if s.start <= a and b <= s.end:
+                del ends[s.key][(a, b)]  # superseded by a revision of a session containing it
+        ends[s.key][(s.start, s.end)] = session_values(s.values)
+    for key, sessions in final_open.items():
+        for start, end, values, _, _ in sessions:
+            for (a, b) in list(ends[key]):
+                if start <= a and b <= end:
+                    del ends[key][(a, b)]
+            ends[key][(start, end)] = session_values(values)
+    shown = [(n, r) for n, r in rows if not getattr(r, "kw_retraction", False)]
+    if accumulation == "retracting":
+        net = defaultdict(Counter)
+        for _, r in rows:
+            net[r.device][(r.start, r.end, session_values(r.temps))] += -1 if r.kw_retraction else 1
+        got = {k: {s: c for s, c in v.items() if c} for k, v in net.items()}
+        assert {k: v for k, v in got.items() if v} == {
+            k: {(a, b, vs): 1 for (a, b), vs in v.items()} for k, v in ends.items() if v}
+    # Every session is emitted with its final values: the latest pane within its bounds
+    # (accumulating, retracting), the sum of the panes within them (discarding).
+    for key, sessions in ends.items():
+        for (a, b), values in sessions.items():
+            within = [r for _, r in shown if r.device == key and a <= r.start and r.end <= b]
+            assert within, (key, a, b)
+            if accumulation == "discarding":
+                assert Counter(v for r in within for v in session_values(r.temps)) == Counter(values)
+            else:
+                last = within[-1]
+                assert (last.start, last.end, session_values(last.temps)) == (a, b, values)
+    for key in {r.device for _, r in shown}:
+        kinds = [(r.start, r.end, r.kw_pane) for _, r in shown if r.device == key]
+        for (a, b) in ends[key]:
+            lineage = [p for s, e, p in kinds if a <= s and e <= b]
+            assert lineage.count("on_time") <= 1
+            assert lineage == sorted(lineage, key=["early", "on_time", "late"].index)
+
+
+@settings(in_memory, max_examples=min(in_memory.max_examples, 20))
+@given(batches=packed_streams(), lateness_s=st.sampled_from([0, 5]), gap_s=st.sampled_from([3, 10]),
+       allowed_s=st.sampled_from([0, 0, 6]), strategy=st.sampled_from(SESSION_STRATEGIES))
+def test_session_panes_in_memory(harness, batches, lateness_s, gap_s, allowed_s, strategy):
+    emit, accumulation = strategy
+    session = {"gap": f"{gap_s} seconds", "emit": emit, "accumulation": accumulation}
+    if allowed_s:
+        session["allowed_lateness"] = f"{allowed_s} seconds"
+    args = (batches, lateness_s * SECOND, gap_s * SECOND, allowed_s * SECOND)
+    model = run_session_model(*args, emit=emit, accumulation=accumulation)
+    note(f"lateness={lateness_s}s gap={gap_s}s allowed={allowed_s}s {strategy} model={model}")
+    h = harness(options(lateness_s, session=session),
+                [F.count("*").alias("n"), F.sort_array(F.collect_list("temp")).alias("temps")])
+    out = run_in_memory(h, batches, "session_window")
+    rows = pane_rows(out)
+    got = Counter((n, r.device, r.start, r.end, session_values(r.temps), r.kw_pane, r.kw_pane_index,
+                   getattr(r, "kw_retraction", False)) for n, r in rows)
+    want = Counter((s.batch, s.key, s.start, s.end, session_values(s.values), s.pane, s.revision, s.retraction)
+                   for s in model.emitted)
+    assert got == want
+    assert late_per_batch_key(out) == Counter(model.late)
+    final = run_session_model(*args)
+    check_sessions_against_final(rows, final, final.open, accumulation)
+
+
+@settings(in_memory, max_examples=50)
+@given(batches=packed_streams(), lateness_s=st.sampled_from([0, 5]), gap_s=st.sampled_from([3, 10]),
+       allowed_s=st.sampled_from([0, 6]))
+def test_session_model_panes_agree_with_final(batches, lateness_s, gap_s, allowed_s):
+    """The session model alone (no Spark), every accumulation mode: the properties of
+    check_sessions_against_final hold for its panes, emit='every_batch' changes neither the late
+    rows nor the sessions left open, and without allowed lateness no pane is late."""
+    args = (batches, lateness_s * SECOND, gap_s * SECOND, allowed_s * SECOND)
+    final = run_session_model(*args)
+    for accumulation in ("accumulating", "discarding", "retracting"):
+        model = run_session_model(*args, emit="every_batch", accumulation=accumulation)
+        assert model.late == final.late
+        assert {k: [s[:3] for s in v] for k, v in model.open.items()} == {
+            k: [s[:3] for s in v] for k, v in final.open.items()}
+        if not allowed_s:
+            assert {s.pane for s in model.emitted} <= {"early", "on_time"}
+        rows = [(s.batch, SimpleNamespace(device=s.key, start=s.start, end=s.end, temps=list(s.values),
+                                          kw_pane=s.pane, kw_retraction=s.retraction)) for s in model.emitted]
+        check_sessions_against_final(rows, final, final.open, accumulation)

@@ -21,18 +21,17 @@ final case class Emission(when: Emission.When, accumulation: Emission.Accumulati
 
   def discarding: Boolean = accumulation == Discarding
 
-  /** Checks the combination against the windows, before any query starts. */
+  /**
+   * Checks the combination against the windows, before any query starts. Every combination is
+   * defined for every kind of window (sessions: docs/semantics.md, "Early panes of sessions").
+   */
   def validate(windows: WindowSpec): Unit = {
     when match {
       case Final =>
         if (accumulation != Accumulating) OptionError(
           s"accumulation: '${accumulation.name}' needs repeated panes: emit='every_batch' (with emit='final' a " +
             "window fires once, plus revisions within allowed_lateness, each the whole window)")
-      case EveryBatch => windows match {
-          case _: Sessions => OptionError(
-              "emit: 'every_batch' is not supported for session windows yet; use emit='final' (the default)")
-          case _: Tumbling | _: Sliding => ()
-        }
+      case EveryBatch => ()
     }
   }
 }

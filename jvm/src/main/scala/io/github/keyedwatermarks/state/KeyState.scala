@@ -34,7 +34,8 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     policy: WatermarkPolicy,
     windows: WindowAssigner,
     previousPaneSchema: Option[StructType] = None,
-    dedup: Boolean = false) {
+    dedup: Boolean = false,
+    onTimeFlag: Boolean = false) {
   import KeyState._
 
   private val keyState: ValueState[Row] =
@@ -58,7 +59,7 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
   val dedupEntries: Option[DedupEntries] = if (dedup) Some(new DedupEntries(handle)) else None
 
   /** The codec of one open window's row. */
-  val windowRows = new OpenWindowRows(bufferSchema, previousPaneSchema)
+  val windowRows = new OpenWindowRows(bufferSchema, previousPaneSchema, onTimeFlag)
 
   // Stamped with this release; state of a newer release is refused naming both (StateRelease).
   private val codec = new UnsafeRowBytes.RowsCodec(windowRows.schema, describe(windows),

@@ -1,19 +1,24 @@
 package io.github.keyedwatermarks.state
 
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.JoinedRow
+import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, JoinedRow}
 import org.apache.spark.sql.types.{BooleanType, IntegerType, LongType, StructField, StructType}
 
 /**
  * The row of one open window in state: its stored aggregation buffer (`bufferSchema`), then
  * how many revisions it fired, its end, its start, and whether it changed since it last fired;
  * with accumulation='retracting' (`previousSchema`: the result's schema) also the result of its
- * last pane, which its next pane withdraws. Only then, so that the rows (and their fingerprint)
- * of every other query stay as they were. The one place that knows where each field is.
+ * last pane, which its next pane withdraws; with `onTimeFlag` (sessions with early panes) also
+ * whether the session's on-time pane fired (a session's end moves as it grows, so unlike an
+ * aligned window's it cannot be told from the key's watermark). Only then, so that the rows
+ * (and their fingerprint) of every other query stay as they were. The one place that knows
+ * where each field is.
  */
-private[keyedwatermarks] final class OpenWindowRows(bufferSchema: StructType, previousSchema: Option[StructType] = None)
+private[keyedwatermarks] final class OpenWindowRows(
+    bufferSchema: StructType, previousSchema: Option[StructType] = None, onTimeFlag: Boolean = false)
     extends Serializable {
   private val revisionsOrdinal = bufferSchema.length
+  private val onTimeOrdinal = revisionsOrdinal + 4 + previousSchema.size
 
   /** The rows' schema (its fingerprint guards the stored bytes: field names and order must stay). */
   val schema: StructType = StructType(bufferSchema
@@ -21,7 +26,8 @@ private[keyedwatermarks] final class OpenWindowRows(bufferSchema: StructType, pr
     .add(StructField("kw_end", LongType, nullable = false))
     .add(StructField("kw_start", LongType, nullable = false))
     .add(StructField("kw_dirty", BooleanType, nullable = false))
-    .fields ++ previousSchema.map(StructField("kw_previous_pane", _, nullable = true)))
+    .fields ++ previousSchema.map(StructField("kw_previous_pane", _, nullable = true)) ++
+    (if (onTimeFlag) Seq(StructField("kw_on_time_fired", BooleanType, nullable = false)) else Nil))
 
   def revisions(row: InternalRow): Int = row.getInt(revisionsOrdinal)
   def end(row: InternalRow): Long = row.getLong(revisionsOrdinal + 1)
@@ -34,10 +40,22 @@ private[keyedwatermarks] final class OpenWindowRows(bufferSchema: StructType, pr
     case _ => null
   }
 
+  /** Whether the window's on-time pane fired (only with `onTimeFlag`). */
+  def onTimeFired(row: InternalRow): Boolean = {
+    require(onTimeFlag, "the on-time flag is stored only for sessions with early panes")
+    row.getBoolean(onTimeOrdinal)
+  }
+
   /** The row of a window whose buffer, in its stored form, is `storedBuffer`. */
   def row(storedBuffer: InternalRow, revisions: Int, start: Long, end: Long, dirty: Boolean,
-      previous: InternalRow = null): InternalRow =
-    new JoinedRow(storedBuffer,
-      if (previousSchema.isEmpty) InternalRow(revisions, end, start, dirty)
-      else InternalRow(revisions, end, start, dirty, previous))
+      previous: InternalRow = null, onTimeFired: Boolean = false): InternalRow = {
+    val fields = new Array[Any](4 + previousSchema.size + (if (onTimeFlag) 1 else 0))
+    fields(0) = revisions
+    fields(1) = end
+    fields(2) = start
+    fields(3) = dirty
+    if (previousSchema.isDefined) fields(4) = previous
+    if (onTimeFlag) fields(fields.length - 1) = onTimeFired
+    new JoinedRow(storedBuffer, new GenericInternalRow(fields))
+  }
 }
