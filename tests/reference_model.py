@@ -142,6 +142,7 @@ def run_model(
     emit: str = "final",
     accumulation: str = "accumulating",
     dedup: bool = False,
+    batch_times_ms: Optional[Sequence[int]] = None,
 ) -> ModelResult:
     """``slide`` (micros, <= size) makes the windows sliding; None means tumbling.
 
@@ -166,6 +167,13 @@ def run_model(
     retraction row repeating the previous pane) or those since its previous pane
     ("discarding"). With emit="final" this is the rule of revisions above.
 
+    ``emit="every <n> seconds"``: as "every_batch", but a window that changed since its last
+    pane fires an early pane only at the end of a batch in which its key has rows and at least
+    n seconds of processing time passed since its last pane (``batch_times_ms``: each batch's
+    processing time, by default ``1000 * (n + 1)`` ms as in tests/support.py's run_in_memory);
+    otherwise its change waits (a later batch of its key, or its on-time pane). Tests use no
+    skew bound with it (a key without rows then has no batch).
+
     ``dedup`` (docs/semantics.md, "Deduplication"): each row's fourth element is its dedup
     values. Before anything else, a row whose values its key already has (from an earlier row,
     in this batch or an earlier one) is a copy: counted in ``duplicates``, not aggregated, not
@@ -176,6 +184,14 @@ def run_model(
     copies equal times and values.
     """
     res = ModelResult()
+    every_ms = None
+    if emit.startswith("every "):
+        amount, unit = emit.split()[1:]
+        assert unit in ("second", "seconds"), emit
+        every_ms = int(amount) * 1000
+    early = emit != "final"
+    last_pane_ms: Dict[Tuple[Hashable, int], int] = {}  # (key, start) -> processing time of its last pane
+    dirty: set = set()  # (key, start) of the windows changed since their last pane
     fired: Dict[Tuple[Hashable, int], int] = {}  # (key, start) -> revisions fired so far
     on_time: set = set()  # (key, start) of the windows whose on-time pane fired
     since: Dict[Tuple[Hashable, int], List[Any]] = {}  # (key, start) -> values since its last pane
@@ -241,6 +257,7 @@ def run_model(
                 res.open.setdefault((key, start), []).append(value)
                 since.setdefault((key, start), []).append(value)
                 updated.add((key, start))
+                dirty.add((key, start))
         # End of batch: advance the watermarks, then emit every window they passed.
         for key, t in batch_max.items():
             max_time[key] = max(t, max_time.get(key, t))
@@ -255,9 +272,12 @@ def run_model(
             w = held.get(key)
             revision = fired.get((key, start), 0)
             due = w is not None and start + size <= w
-            changed = (key, start) in updated
+            changed = (key, start) in dirty
+            now_ms = batch_times_ms[n] if batch_times_ms is not None else 1000 * (n + 1)
+            spaced = every_ms is None or (key in batch_max and (
+                (key, start) not in last_pane_ms or now_ms - last_pane_ms[(key, start)] >= every_ms))
             if not due:
-                pane = "early" if emit == "every_batch" and changed else None
+                pane = "early" if early and changed and spaced else None
             elif (key, start) not in on_time:
                 pane = "on_time"
             else:
@@ -272,14 +292,17 @@ def run_model(
                 res.emitted.append(Window(key, start, start + size, n, wm_start.get(key), values, revision, shown))
                 fired[(key, start)] = revision + 1
                 last_pane[(key, start)] = values
+                last_pane_ms[(key, start)] = now_ms
+                dirty.discard((key, start))
                 since[(key, start)] = []
                 if pane == "on_time":
                     on_time.add((key, start))
                 info.handled.add(key)  # a key without rows: by its event-time timer
             if w is not None and start + size + allowed <= w:
                 del res.open[(key, start)]
-                for d in (fired, since, last_pane):
+                for d in (fired, since, last_pane, last_pane_ms):
                     d.pop((key, start), None)
+                dirty.discard((key, start))
                 on_time.discard((key, start))
                 info.handled.add(key)
         for key in list(seen):

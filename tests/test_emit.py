@@ -105,8 +105,9 @@ def test_complete_mode_is_refused_when_the_query_starts(spark, tmp_path):
 
 
 @pytest.mark.parametrize("window, message", [
-    ({"emit": "sometimes"}, "emit: expected 'final' or 'every_batch', got 'sometimes'"),
-    ({"emit": "every 10 seconds"}, "processing time is not supported yet"),
+    ({"emit": "sometimes"}, "emit: expected 'final', 'every_batch' or 'every <duration>'"),
+    ({"emit": "every 10 parsecs"}, "emit: '10 parsecs' is not a valid duration"),
+    ({"emit": "every 0 seconds"}, "emit: must be positive"),
     ({"accumulation": "discarding"}, "accumulation: 'discarding' needs repeated panes"),
     ({"emit": "every_batch", "accumulation": "both"}, "accumulation: expected 'accumulating', 'discarding'"),
     ({"emit": 3}, "emit: expected a string"),
@@ -166,6 +167,13 @@ def test_session_panes_retract_replaced_sessions(spark, tmp_path):
         (k, start, end, tuple(sorted(vs))) for k, open_ in final.open.items() for start, end, vs, _, _ in open_}
     assert {k for k, c in net.items() if c} == sessions
     assert set(net.values()) <= {0, 1}
+
+
+def test_sessions_refuse_spaced_panes_for_now(spark, tmp_path):
+    events = Replay(spark, tmp_path, schema=SCHEMA).stream()
+    watermark = kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds")
+    with pytest.raises(IllegalArgumentException, match="emit: 'every 10 seconds' is not supported for session windows"):
+        watermark.session("10 seconds", emit="every 10 seconds")
 
 
 def test_rollup_refuses_a_stage_that_emits_panes(spark, tmp_path):

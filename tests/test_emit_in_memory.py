@@ -20,7 +20,11 @@ from reference_model import run_model, run_session_model
 from support import LATENESS_CHOICES_S, SECOND, in_memory, packed_streams, run_in_memory
 from test_operator_in_memory import agg_of, aggs, late_per_batch_key, options
 
-STRATEGIES = [("every_batch", "accumulating"), ("every_batch", "discarding"), ("every_batch", "retracting")]
+SESSION_STRATEGIES = [("every_batch", "accumulating"), ("every_batch", "discarding"), ("every_batch", "retracting")]
+# emit='every <duration>': early panes at least that much processing time apart (the harness'
+# batch clock, drawn per case).
+STRATEGIES = SESSION_STRATEGIES + [("every 2 seconds", "accumulating"), ("every 2 seconds", "discarding"),
+                                   ("every 3 seconds", "retracting")]
 
 
 def pane_rows(out):
@@ -76,9 +80,12 @@ def check_against_final(rows, final, accumulation) -> None:
 @settings(in_memory, max_examples=min(in_memory.max_examples, 25))
 @given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_CHOICES_S),
        window=st.sampled_from([(10, None), (4, None), (10, 5), (6, 4)]), allowed_s=st.sampled_from([0, 0, 7]),
-       strategy=st.sampled_from(STRATEGIES))
-def test_panes_in_memory(harness, batches, lateness_s, window, allowed_s, strategy):
+       strategy=st.sampled_from(STRATEGIES),
+       steps_ms=st.lists(st.sampled_from([400, 1000, 2000, 3500]), min_size=30, max_size=30))
+def test_panes_in_memory(harness, batches, lateness_s, window, allowed_s, strategy, steps_ms):
     emit, accumulation = strategy
+    # Each batch's processing time (ms): steps of 0.4 to 3.5 s.
+    times_ms = [sum(steps_ms[:n + 1]) for n in range(len(batches))]
     size_s, slide_s = window
     spec = {"size": f"{size_s} seconds", "emit": emit, "accumulation": accumulation}
     if slide_s:
@@ -87,9 +94,10 @@ def test_panes_in_memory(harness, batches, lateness_s, window, allowed_s, strate
         spec["allowed_lateness"] = f"{allowed_s} seconds"
     args = dict(lateness=lateness_s * SECOND, size=size_s * SECOND, slide=slide_s and slide_s * SECOND,
                 allowed=allowed_s * SECOND, max_skew=None)
-    model = run_model(batches, emit=emit, accumulation=accumulation, **args)
-    note(f"lateness={lateness_s}s window={window} allowed={allowed_s}s {strategy} model={model}")
-    out = run_in_memory(harness(options(lateness_s, window=spec), aggs()), batches, "window")
+    model = run_model(batches, emit=emit, accumulation=accumulation, batch_times_ms=times_ms, **args)
+    note(f"lateness={lateness_s}s window={window} allowed={allowed_s}s {strategy} times={times_ms} model={model}")
+    out = run_in_memory(harness(options(lateness_s, window=spec), aggs()), batches, "window",
+                        clocks=[(0, t) for t in times_ms])
     rows = pane_rows(out)
     got = Counter((n, r.device, r.start, r.end, r.n, r.s, r.lo, r.hi, r.wm, r.kw_pane, r.kw_pane_index,
                    getattr(r, "kw_retraction", False)) for n, r in rows)
@@ -109,7 +117,8 @@ def test_panes_in_memory(harness, batches, lateness_s, window, allowed_s, strate
 def test_model_panes_agree_with_final(batches, lateness_s, window, allowed_s):
     """The model alone (no Spark): with every accumulation mode, the windows' last panes,
     summed discarding panes and netted retractions all give emit='final''s final values, and
-    emit='every_batch' changes neither the late rows nor what is left open."""
+    early panes (every batch, or every 2-3 s of processing time at 1 s per batch) change neither
+    the late rows nor what is left open; spaced panes of a window are that far apart."""
     size_s, slide_s = window
     args = dict(lateness=lateness_s * SECOND, size=size_s * SECOND, slide=slide_s and slide_s * SECOND,
                 allowed=allowed_s * SECOND, max_skew=None)
@@ -117,11 +126,18 @@ def test_model_panes_agree_with_final(batches, lateness_s, window, allowed_s):
     want = {}
     for w in final.emitted:
         want[(w.key, w.start)] = Counter(w.values)
-    for accumulation in ("accumulating", "discarding", "retracting"):
-        model = run_model(batches, emit="every_batch", accumulation=accumulation, **args)
+    for emit, accumulation in STRATEGIES:
+        model = run_model(batches, emit=emit, accumulation=accumulation, **args)
         assert model.late == final.late and model.open == final.open
         if not allowed_s:  # the on-time pane is each window's last: a sink can tell it
             assert {w.pane for w in model.emitted} <= {"early", "on_time"}
+        if emit.startswith("every "):
+            gap = int(emit.split()[1])  # batches, at one second each
+            early = defaultdict(list)
+            for w in model.emitted:
+                if w.pane == "early" and not w.retraction:
+                    early[(w.key, w.start)].append(w.batch)
+            assert all(b - a >= gap for bs in early.values() for a, b in zip(bs, bs[1:]))
         net = defaultdict(Counter)
         for w in model.emitted:
             if accumulation == "discarding":
@@ -140,15 +156,13 @@ def test_model_panes_agree_with_final(batches, lateness_s, window, allowed_s):
         assert closed == want
 
 
-SESSION_STRATEGIES = STRATEGIES
-
 
 def session_values(vs):
     # collect_list skips nulls, as Spark does.
     return tuple(sorted((v for v in vs if v is not None), key=repr))
 
 
-def check_sessions_against_final(rows, final, final_open, accumulation) -> None:
+def check_sessions_against_final(rows, final, final_open, accumulation, allowed) -> None:
     """Properties of session panes, on the operator's own output (`rows`: (batch, output row))
     against the model's emit='final' result on the same stream (`final`: its sessions emitted,
     `final_open`: key -> sessions still open at the end):
@@ -156,8 +170,9 @@ def check_sessions_against_final(rows, final, final_open, accumulation) -> None:
       session the key ever formed, each once, with all its values);
     - the last pane of every session final's emit='final' fired last (its last revision) is
       that revision; discarding panes within a session's bounds add up to it;
-    - per key: early panes of a session come before its on-time pane, one on-time pane per
-      session lineage, and without allowed lateness the on-time pane is a session's last."""
+    - the panes within each session's bounds: without allowed lateness (no merge reaches a
+      session that fired on time) early ones, then at most one on-time pane; with it (sessions
+      that each fired on time may merge), once one of them is on time the last is not early."""
     # Sessions at the end per key: final's last revision of each settled session, and those
     # still open (a session that grew past the watermark is open, and newer than its revision).
     ends = defaultdict(dict)  # key -> (start, end) -> values
@@ -195,8 +210,11 @@ def check_sessions_against_final(rows, final, final_open, accumulation) -> None:
         kinds = [(r.start, r.end, r.kw_pane) for _, r in shown if r.device == key]
         for (a, b) in ends[key]:
             lineage = [p for s, e, p in kinds if a <= s and e <= b]
-            assert lineage.count("on_time") <= 1
-            assert lineage == sorted(lineage, key=["early", "on_time", "late"].index)
+            if not allowed:
+                assert lineage.count("on_time") <= 1
+                assert lineage == sorted(lineage, key=["early", "on_time"].index)
+            if "on_time" in lineage:
+                assert lineage[-1] != "early"
 
 
 @settings(in_memory, max_examples=min(in_memory.max_examples, 20))
@@ -221,7 +239,7 @@ def test_session_panes_in_memory(harness, batches, lateness_s, gap_s, allowed_s,
     assert got == want
     assert late_per_batch_key(out) == Counter(model.late)
     final = run_session_model(*args)
-    check_sessions_against_final(rows, final, final.open, accumulation)
+    check_sessions_against_final(rows, final, final.open, accumulation, allowed_s)
 
 
 @settings(in_memory, max_examples=50)
@@ -242,4 +260,4 @@ def test_session_model_panes_agree_with_final(batches, lateness_s, gap_s, allowe
             assert {s.pane for s in model.emitted} <= {"early", "on_time"}
         rows = [(s.batch, SimpleNamespace(device=s.key, start=s.start, end=s.end, temps=list(s.values),
                                           kw_pane=s.pane, kw_retraction=s.retraction)) for s in model.emitted]
-        check_sessions_against_final(rows, final, final.open, accumulation)
+        check_sessions_against_final(rows, final, final.open, accumulation, allowed_s)

@@ -204,9 +204,11 @@ class KeyedWatermark:
         >>> sliding.columns
         ['device', 'window', 'n', 'revision']
 
-        ``emit`` says when a window fires: ``"final"`` (the default, as above) or
+        ``emit`` says when a window fires: ``"final"`` (the default, as above),
         ``"every_batch"``: also an *early* pane at the end of every micro-batch that changed the
-        window, before its key's watermark passes its end. Each result row then says which
+        window, before its key's watermark passes its end, or ``"every <duration>"`` (e.g.
+        ``"every 10 seconds"``): early panes at most once per that much processing time per
+        window (a change waits for a later micro-batch of its key, or for the on-time pane). Each result row then says which
         firing it is: ``kw_pane`` (``'early'``, ``'on_time'`` (exactly one per window, when
         the watermark passes its end) or ``'late'`` (within ``allowed_lateness``)) and
         ``kw_pane_index`` (0, 1, 2, ... per window; it replaces ``revision``).

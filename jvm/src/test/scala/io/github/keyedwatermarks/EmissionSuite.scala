@@ -50,7 +50,11 @@ class EmissionSuite extends AnyFunSuite {
 
   test("bad combinations fail before the query starts, naming the option") {
     def error(f: => Any): String = intercept[IllegalArgumentException](f).getMessage
-    assert(error(Emission.of(Some("always"), None)).startsWith("emit: expected 'final' or 'every_batch'"))
+    assert(error(Emission.of(Some("always"), None)).startsWith("emit: expected 'final', 'every_batch' or 'every <"))
+    assert(Emission.of(Some("every 10 seconds"), None).earlyPaneIntervalMs == 10000L)
+    assert(error(Emission.of(Some("every 1 month"), None)).startsWith("emit: '1 month' uses months"))
+    assert(error(Emission.of(Some("every 10 seconds"), None).validate(
+          Sessions(FixedGap(DurationOption("gap", "10 seconds"))))).contains("not supported for session windows yet"))
     assert(error(Emission.of(None, Some("merging"))).startsWith("accumulation: expected"))
     val tumbling = Tumbling(DurationOption("window", "10 seconds"))
     assert(error(Emission.of(None, Some("retracting")).validate(tumbling)).startsWith("accumulation: 'retracting'"))

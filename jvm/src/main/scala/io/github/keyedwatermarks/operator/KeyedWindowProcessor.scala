@@ -13,7 +13,7 @@ import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 import io.github.keyedwatermarks.partials.PartialLayout
 import io.github.keyedwatermarks.emission.{Firing, Pane, WindowEmitter}
 import io.github.keyedwatermarks.spec.Emission
-import io.github.keyedwatermarks.state.{KeyState, StoredKey}
+import io.github.keyedwatermarks.state.{KeyState, OpenWindowRows, StoredKey}
 import io.github.keyedwatermarks.watermark.{
   ClosedWindows, EventTimeClock, HeldWatermark, KeyRecord, ProcessingTimeClock, WatermarkPolicy
 }
@@ -95,10 +95,18 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     case _: AlignedWindows => false
   })
 
+  /** emit='every <duration>': a window's early panes at least that much processing time apart. */
+  private val spacedPanes = plan.emission.earlyPaneIntervalMs > 0
+
+  /** Whether an early pane of `window` may fire at processing time `nowMs` (emit='every <duration>'). */
+  private def spaced(window: OpenWindow, nowMs: Long): Boolean =
+    !spacedPanes || window.lastPaneMs == OpenWindowRows.NoPane ||
+      nowMs - window.lastPaneMs >= plan.emission.earlyPaneIntervalMs
+
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
     state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows,
       if (plan.emission.retracting) Some(plan.emitter.aggregateSchema) else None, plan.dedup,
-      onTimeFlag = sessionsWithEarlyPanes)
+      onTimeFlag = sessionsWithEarlyPanes, paneTimes = spacedPanes)
   }
 
   /** Spark's global watermark in microseconds (only with max_skew / closing='global'). */
@@ -121,6 +129,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       val start: Long, val end: Long, var buffer: InternalRow, var revisions: Int, var dirty: Boolean = false,
       var previous: InternalRow = null, var onTimeFired: Boolean = false) {
     var replacedPanes: List[InternalRow] = Nil
+    /** The processing time (ms) of its last pane (emit='every <duration>' only). */
+    var lastPaneMs: Long = OpenWindowRows.NoPane
 
     /**
      * The watermark at which it next changes: fires (on time, or again) or expires; `wm` the
@@ -169,8 +179,10 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
           case _: AlignedWindows => revisions > 0 && ClosedWindows.closedBy(end, watermarkStored)
           case _: SessionWindows => revisions > 0
         }
-      windows.update(start,
-        new OpenWindow(start, end, agg.fromStored(row), revisions, rows.dirty(row), rows.previous(row), onTimeFired))
+      val window = new OpenWindow(start, end, agg.fromStored(row), revisions, rows.dirty(row), rows.previous(row),
+        onTimeFired)
+      if (spacedPanes) window.lastPaneMs = rows.lastPaneMs(row)
+      windows.update(start, window)
     })
 
     /** Sessions: this batch's on-time intervals, merged with the key's sessions by `close`. */
@@ -179,6 +191,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     var eventTimerMs: Option[Long] = loaded.map(_.eventTimerMs).filter(_ != KeyState.NoTimer)
     val update = new WatermarkAdvance(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
       globalWatermark(timerValues))
+    /** Processing time of the call: the micro-batch's timestamp (constant within the batch). */
+    val nowMs: Long = timerValues.getCurrentProcessingTimeInMs()
     /** Whether the key left state in this call. */
     var released = false
     /** Rows dropped as copies (dedup) in this call. */
@@ -205,7 +219,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
         state.store(record, eventTimerMs.getOrElse(KeyState.NoTimer),
           open.iterator.map(w =>
             state.windowRows.row(agg.toStored(w.buffer), w.revisions, w.start, w.end, w.dirty, w.previous,
-              w.onTimeFired)),
+              w.onTimeFired, w.lastPaneMs)),
           open.size, earliest)
       }
     }
@@ -386,7 +400,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
           merged
         }
       Firing.pane(plan.emission, ClosedWindows.closedBy(end, watermarkNow), session.onTimeFired, session.dirty)
-        .foreach(fire(keyValues, session, _, watermarkAtStart, emitted))
+        .foreach(fire(keyValues, session, _, watermarkAtStart, batch.nowMs, emitted))
       if (!ClosedWindows.closedBy(end + plan.allowedLatenessMicros, watermarkNow)) batch.windows.update(start, session)
       i = j
     }
@@ -403,8 +417,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       keyValues: InternalRow, batch: KeyBatch, watermarkNow: Long, reportedWatermark: Long): collection.Seq[Row] = {
     val out = mutable.ArrayBuffer.empty[Row]
     batch.windows.values.toArray.sortBy(_.start).foreach { window =>
-      Firing.pane(plan.emission, due(window, watermarkNow), window.onTimeFired, window.dirty)
-        .foreach(fire(keyValues, window, _, reportedWatermark, out))
+      Firing.pane(plan.emission, due(window, watermarkNow), window.onTimeFired, window.dirty,
+        spaced(window, batch.nowMs)).foreach(fire(keyValues, window, _, reportedWatermark, batch.nowMs, out))
       if (expired(window, watermarkNow)) batch.windows.remove(window.start)
     }
     out
@@ -417,7 +431,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    * a merged session withdraws the last panes of the sessions it replaces).
    */
   private def fire(
-      keyValues: InternalRow, window: OpenWindow, pane: Pane, reported: Long, out: mutable.Growable[Row]): Unit = {
+      keyValues: InternalRow, window: OpenWindow, pane: Pane, reported: Long, nowMs: Long,
+      out: mutable.Growable[Row]): Unit = {
     val result = agg.result(windowGroup(keyValues, window.start, window.end), window.buffer)
     if (plan.emission.retracting) {
       if (window.previous != null)
@@ -435,6 +450,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     window.revisions += 1
     window.dirty = false
     if (pane == Pane.OnTime) window.onTimeFired = true
+    window.lastPaneMs = nowMs
   }
 
   /**
@@ -497,7 +513,9 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     val windows = batch.windows.values.toSeq.sortBy(_.start)
     val out = mutable.ArrayBuffer.empty[Row]
     windows.foreach { w =>
-      Firing.pane(plan.emission, due = true, w.onTimeFired, w.dirty).foreach(fire(keyValues, w, _, reported, out))
+      Firing.pane(plan.emission, due = true, w.onTimeFired, w.dirty).foreach(fire(keyValues, w, _, reported,
+          batch.nowMs,
+          out))
     }
     windows.foreach(w => batch.update.watermark.raise(w.end + plan.allowedLatenessMicros))
     out.toSeq
