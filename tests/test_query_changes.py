@@ -1,9 +1,12 @@
 """What may change in a query and still resume from its checkpoint (docs/semantics.md,
 "Upgrades"): each change below is made between two runs over the same checkpoint; it either
 resumes (and then the windows it emits are checked) or is refused with an error that names what
-changed, in the first micro-batch after the restart, which then commits nothing."""
+changed, before the first micro-batch after the restart runs: nothing is committed, and the old
+definition still resumes."""
 
 from __future__ import annotations
+
+import datetime
 
 import pytest
 from pyspark.sql import functions as F
@@ -37,6 +40,9 @@ CHANGES = {
         *sq._aggs(), F.min("temp").alias("lo")), "written for another schema (other aggregates"),
     "window size changed": (lambda e: keyed(e).window("20 seconds").agg_with_report(*sq._aggs()),
                             "written for another window spec (window size, slide, or session gap kind)"),
+    "key columns changed": (lambda e: kw.keyed_watermark(e, key="gw", event_time="ts", lateness="5 seconds")
+                            .window("10 seconds").agg_with_report(*sq._aggs()),
+                            "written for other key columns (device string) than this query's (gw string)"),
     # Spark's own check, before the first micro-batch: idle_timeout needs processing-time timers.
     "idle_timeout added": (lambda e: keyed(e, idle_timeout="1 minute").window("10 seconds")
                            .agg_with_report(*sq._aggs()), "Cannot change timeMode from EventTime to ProcessingTime"),
@@ -93,25 +99,56 @@ def test_a_changed_query_resumes_or_is_refused(spark, workdir, change):
         assert sorted(both) == sorted(windows(spark, workdir / "full"))
 
 
-def test_a_refusal_waits_for_a_key_with_stored_windows(spark, workdir):
-    """The refusal is per key (the spec is recorded in each key's stored row): a micro-batch
-    after a refused change that touches only new keys commits, writing their state for the
-    changed query; from then on each definition refuses the other's keys (docs/semantics.md,
-    "Upgrades")."""
-    import datetime
+AT = lambda s: datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=s)  # noqa: E731
+TWENTY = lambda e: keyed(e).window("20 seconds").agg_with_report(*sq._aggs())  # noqa: E731
 
-    at = lambda s: datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=s)  # noqa: E731
-    changed = lambda e: keyed(e).window("20 seconds").agg_with_report(*sq._aggs())  # noqa: E731
+
+def commits(checkpoint):
+    return sorted(p.name for p in (checkpoint / "commits").glob("[0-9]*"))
+
+
+def test_a_refusal_comes_before_a_batch_of_only_new_keys_and_the_old_query_resumes(spark, workdir):
+    """The refusal does not wait for a key with stored windows: the checkpoint's record of the
+    keyed stage refuses the changed query before its first micro-batch runs, even one that
+    touches only new keys, so the checkpoint still serves the old definition (docs/semantics.md,
+    "Upgrades")."""
     input_dir, checkpoint = workdir / "input", workdir / "ckpt"
     # "a" keeps an open window [20 s, 30 s) in state; the default max_skew fires no timer here.
-    sq.write_files(spark, [[("a", at(1), 1.0, "g"), ("a", at(25), 1.0, "g")]], input_dir)
+    sq.write_files(spark, [[("a", AT(1), 1.0, "g"), ("a", AT(25), 1.0, "g")]], input_dir)
     run(spark, BASE, input_dir, checkpoint, workdir / "out")
-    sq.write_files(spark, [[("new", at(26), 1.0, "g")]], input_dir, first=1)
-    commits = len(list((checkpoint / "commits").glob("[0-9]*")))
-    run(spark, changed, input_dir, checkpoint, workdir / "out2")  # only a new key: not refused
-    assert len(list((checkpoint / "commits").glob("[0-9]*"))) > commits
-    sq.write_files(spark, [[("a", at(27), 1.0, "g"), ("new", at(27), 1.0, "g")]], input_dir, first=2)
-    for build in (changed, BASE):
-        with pytest.raises(Exception) as refused:
-            run(spark, build, input_dir, checkpoint, workdir / "out3")
-        assert "written for another window spec" in str(refused.value)
+    before = commits(checkpoint)
+    sq.write_files(spark, [[("new", AT(26), 1.0, "g")]], input_dir, first=1)
+    with pytest.raises(Exception) as refused:
+        run(spark, TWENTY, input_dir, checkpoint, workdir / "out2")  # only a new key: refused all the same
+    message = str(refused.value)
+    assert "written for another window spec" in message
+    # Both sides named: this query's spec and the one the state was written for.
+    assert "than this query's tumbling windows of 20000000 microseconds" in message
+    assert "(the state's: tumbling windows of 10000000 microseconds)" in message
+    assert commits(checkpoint) == before
+    # The old definition resumes: "a"'s stored window gets its row and fires, with the new key's.
+    sq.write_files(spark, [[("a", AT(27), 1.0, "g"), ("new", AT(27), 1.0, "g"), ("a", AT(45), 1.0, "g"),
+                            ("new", AT(45), 1.0, "g")]], input_dir, first=2)
+    run(spark, BASE, input_dir, checkpoint, workdir / "out3")
+    assert sorted((d, s, n) for d, s, n, _ in windows(spark, workdir / "out3")) == [
+        ("a", int(AT(20).timestamp()) * 1_000_000, 2), ("new", int(AT(20).timestamp()) * 1_000_000, 2)]
+
+
+def test_a_first_run_that_commits_nothing_binds_no_definition(spark, workdir):
+    """The record binds once a micro-batch from the one that wrote it has committed: a first run
+    that fails before it commits leaves the checkpoint to the next definition."""
+    input_dir, checkpoint = workdir / "input", workdir / "ckpt"
+    sq.write_files(spark, [[("a", AT(1), 1.0, "g"), ("boom", AT(2), 1.0, "g")]], input_dir)
+    failing = lambda e: TWENTY(e.withColumn(  # noqa: E731
+        "temp", F.when(F.col("device") == "boom", F.raise_error(F.lit("boom"))).otherwise(F.col("temp"))))
+    with pytest.raises(Exception) as failed:
+        run(spark, failing, input_dir, checkpoint, workdir / "out")
+    assert "boom" in str(failed.value) and "written for" not in str(failed.value)
+    assert commits(checkpoint) == []
+    run(spark, lambda e: BASE(e.where("device <> 'boom'")), input_dir, checkpoint, workdir / "out2")
+    assert "0" in commits(checkpoint)
+    # From then on the record binds: the 20-second windows are refused.
+    sq.write_files(spark, [[("a", AT(3), 1.0, "g")]], input_dir, first=1)
+    with pytest.raises(Exception) as refused:
+        run(spark, TWENTY, input_dir, checkpoint, workdir / "out3")
+    assert "written for another window spec" in str(refused.value)

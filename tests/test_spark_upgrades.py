@@ -70,6 +70,12 @@ def test_checkpoints_resume_on_every_newer_spark_line_and_on_an_older_one(spark,
     run_on("4.2", [runs["chain"], runs["4.0-4.2-4.3"]], workdir)
     add_stage(3)
     run_on("4.3", [runs["chain"], runs["4.0-4.2-4.3"], runs["4.0-4.3"], runs["4.1-4.3"]], workdir)
+    # The keyed stage's record (docs/semantics.md, "Upgrades") written by 4.0's first batch binds
+    # on every newer line: each of them resumed against it, and none wrote its own.
+    for name in ("chain", "4.0-4.2-4.3", "4.0-4.3", "4.1-4.3"):
+        for kind in KINDS:
+            record = json.loads((workdir / name / "ckpt" / kind / "state" / "0" / "_keyed_watermarks.json").read_text())
+            assert record["batch"] == 0, (name, kind, record)
     copy_run(workdir, "chain", "down")
     # Every line 4.0 -> 4.3, with and without the lines between: as if never interrupted.
     for kind in KINDS:

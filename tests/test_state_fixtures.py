@@ -15,6 +15,8 @@ import pytest
 import state_queries as sq
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "state"
+#: The keyed stage's record beside its state (state.StageRecord).
+RECORD = "_keyed_watermarks.json"
 CASES = sorted((d.name, kind) for d in FIXTURES.iterdir() if d.is_dir()
                for kind in json.loads((d / "manifest.json").read_text())["emitted_windows"])
 
@@ -65,7 +67,13 @@ def test_a_fixture_resumes_with_the_remaining_windows(spark, workdir, inputs, re
     assert before and before <= full[kind], "the fixture's run emitted what an uninterrupted run does"
     checkpoint, out = workdir / "ckpt", workdir / "out"
     restore(fixture / kind, checkpoint, input_dir)
+    had_record = (checkpoint / "state" / "0" / RECORD).exists()
     sq.run(spark, kind, input_dir, checkpoint, out)
     after = Counter(sq.window_rows(spark, out))
     assert after, "windows emitted after the resume"
     assert after == full[kind] - before
+    # A checkpoint written before the keyed stage's record existed resumes (above) and gets one,
+    # for the batch the resume planned first (docs/semantics.md, "Upgrades").
+    record = json.loads((checkpoint / "state" / "0" / RECORD).read_text())
+    if not had_record:
+        assert record["batch"] == 1 + max(int(c.name) for c in (fixture / kind / "commits").glob("[0-9]*"))

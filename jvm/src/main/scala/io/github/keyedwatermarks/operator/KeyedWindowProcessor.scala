@@ -13,7 +13,7 @@ import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 import io.github.keyedwatermarks.partials.PartialLayout
 import io.github.keyedwatermarks.emission.{Firing, Pane, WindowEmitter}
 import io.github.keyedwatermarks.spec.Emission
-import io.github.keyedwatermarks.state.{KeyState, OpenWindowRows, StoredKey}
+import io.github.keyedwatermarks.state.{KeyState, OpenWindowRows, StageRecord, StoredKey}
 import io.github.keyedwatermarks.watermark.{
   ClosedWindows, EventTimeClock, HeldWatermark, KeyRecord, ProcessingTimeClock, WatermarkPolicy
 }
@@ -33,7 +33,9 @@ private[keyedwatermarks] final case class OperatorPlan(
     /** When windows fire and what repeated panes hold (emission.Firing). */
     emission: Emission = Emission.Default,
     /** Per-key deduplication (option `dedup`): partials carry their row's dedup values. */
-    dedup: Boolean = false)
+    dedup: Boolean = false,
+    /** The key columns' names in the query (those of `keySchema` are positional). */
+    keyNames: Seq[String] = Nil)
 
 /**
  * The keyed-watermark windowed aggregation, run by `transformWithState` (never with Spark
@@ -104,10 +106,19 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       nowMs - window.lastPaneMs >= plan.emission.earlyPaneIntervalMs
 
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
-    state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows,
-      if (plan.emission.retracting) Some(plan.emitter.aggregateSchema) else None, plan.dedup,
+    state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows, previousPaneSchema, plan.dedup,
       onTimeFlag = sessionsWithEarlyPanes, paneTimes = spacedPanes)
   }
+
+  private def previousPaneSchema = if (plan.emission.retracting) Some(plan.emitter.aggregateSchema) else None
+
+  /**
+   * What this stage's state is written for, as the checkpoint's record of it holds it
+   * (state.StageRecord): what the per-key check of KeyState compares, and the key columns.
+   */
+  def stageRecord(batch: Long): StageRecord = StageRecord.current(KeyState.describe(plan.windows),
+    new OpenWindowRows(agg.bufferSchema, previousPaneSchema, sessionsWithEarlyPanes, spacedPanes).schema,
+    plan.keyNames.zip(plan.keySchema.fields).map { case (n, f) => s"$n ${f.dataType.simpleString}" }, batch)
 
   /** Spark's global watermark in microseconds (only with max_skew / closing='global'). */
   private def globalWatermark(timerValues: TimerValues): Long =

@@ -86,7 +86,8 @@ private[keyedwatermarks] object KeyedPlanner {
       keepLateRows = spec.aggregation.keepLateRows,
       aggregation = aggregation,
       emitter = emitter,
-      emission = spec.emission)
+      emission = spec.emission,
+      keyNames = input.keys)
     val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
     val valid = InvalidRows.observe(partials.frame, PartialColumns.WindowStart, PartialColumns.Rows,
       withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows),

@@ -24,12 +24,8 @@ private[keyedwatermarks] final class OpenWindowRows(
   private val lastPaneOrdinal = onTimeOrdinal + (if (onTimeFlag) 1 else 0)
 
   /** The rows' schema (its fingerprint guards the stored bytes: field names and order must stay). */
-  val schema: StructType = StructType(bufferSchema
-    .add(StructField("kw_revisions", IntegerType, nullable = false))
-    .add(StructField("kw_end", LongType, nullable = false))
-    .add(StructField("kw_start", LongType, nullable = false))
-    .add(StructField("kw_dirty", BooleanType, nullable = false))
-    .fields ++ previousSchema.map(StructField("kw_previous_pane", _, nullable = true)) ++
+  val schema: StructType = StructType(bufferSchema.fields ++ OpenWindowRows.CommonFields ++
+    previousSchema.map(StructField("kw_previous_pane", _, nullable = true)) ++
     (if (onTimeFlag) Seq(StructField("kw_on_time_fired", BooleanType, nullable = false)) else Nil) ++
     (if (paneTimes) Seq(StructField("kw_last_pane_ms", LongType, nullable = false)) else Nil))
 
@@ -73,6 +69,13 @@ private[keyedwatermarks] final class OpenWindowRows(
 }
 
 private[keyedwatermarks] object OpenWindowRows {
+  /** The fields after the aggregation buffer that every query's rows have, in order. */
+  val CommonFields: Seq[StructField] = Seq(
+    StructField("kw_revisions", IntegerType, nullable = false),
+    StructField("kw_end", LongType, nullable = false),
+    StructField("kw_start", LongType, nullable = false),
+    StructField("kw_dirty", BooleanType, nullable = false))
+
   /** No pane fired yet (the processing time of a last pane). */
   val NoPane: Long = Long.MinValue
 }
