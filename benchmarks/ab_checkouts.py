@@ -122,10 +122,21 @@ def child(args: argparse.Namespace) -> None:
     methods = args.methods.split(",")
     for m in methods:
         run(m)  # warm-up
+    recording = None
+    if args.jfr:
+        # The timed runs only (not the warm-up): where each checkout's CPU goes, for
+        # benchmarks/jfr_summary.py; a profile's shares are less sensitive to other load than time.
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from harness.profiling import start_recording
+        tag = "".join(c if c.isalnum() or c in "-_" else "_" for c in args.label)
+        recording = start_recording(spark, Path(args.jfr), tag, "+".join(methods))
     timed = {m: [] for m in methods}
     for _ in range(args.runs):
         for m in methods:
             timed[m].append(run(m))
+    if recording is not None:
+        from harness.profiling import stop_recording
+        stop_recording(recording)
     # Which checkout's package ran, relative to the checkout (results are committed: no machine paths).
     kw_file = Path(kw.__file__).resolve()
     kw_file = str(kw_file.relative_to(kw_file.parents[2]))
@@ -154,7 +165,9 @@ def summary(r: dict, methods) -> str:
 
 def main(argv) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkouts", nargs="*", help="checkout directories, alternated in this order")
+    p.add_argument("checkouts", nargs="*",
+                   help="checkout directories, alternated in this order; CHECKOUT::JSON runs that "
+                        "checkout with these keyword arguments of kw.keyed_watermark")
     p.add_argument("--pairs", type=int, default=2, help="rounds over the checkouts")
     p.add_argument("--runs", type=int, default=3, help="timed runs per method in each process")
     p.add_argument("--methods", default="native,keyed")
@@ -166,6 +179,9 @@ def main(argv) -> int:
     p.add_argument("--keyed-options", default=None, metavar="JSON",
                    help="keyword arguments of kw.keyed_watermark (same for every checkout)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--jfr", default=None, metavar="DIR",
+                   help="record the timed runs of each process with Java Flight Recorder into "
+                        "DIR/<checkout>_<pair>__<methods>.jfr (summarise with jfr_summary.py)")
     p.add_argument("--label", default=None, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="append the JSON results to this file")
@@ -182,15 +198,22 @@ def main(argv) -> int:
     results = []
     try:
         for pair in range(args.pairs):
-            for co in args.checkouts:
-                label = f"{Path(co).name}#{pair + 1}"
+            for spec in args.checkouts:
+                # CHECKOUT or CHECKOUT::JSON (that checkout with these kw.keyed_watermark options:
+                # a lever's A/B on one jar, e.g. ". ." against '.::{"max_skew": "unbounded"}').
+                co, _, variant = spec.partition("::")
+                name = Path(co).resolve().name + (f" {variant}" if variant else "")
+                label = f"{name}#{pair + 1}"
                 env = dict(os.environ, PYTHONPATH=str(Path(co).resolve() / "python"))
                 cmd = [sys.executable, __file__, "--child", "--label", label, "--data", args.data,
                        "--runs", str(args.runs), "--methods", args.methods]
-                if args.keyed_options:
-                    cmd += ["--keyed-options", args.keyed_options]
+                options = variant or args.keyed_options
+                if options:
+                    cmd += ["--keyed-options", options]
                 for kv in args.conf:
                     cmd += ["--conf", kv]
+                if args.jfr:
+                    cmd += ["--jfr", str(Path(args.jfr).resolve())]
                 proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 line = [x for x in proc.stdout.splitlines() if x.startswith("AB-RESULT ")]
                 if proc.returncode != 0 or not line:
