@@ -1,6 +1,7 @@
 """Issue 27's streams: Spark's global watermark, today's keyed default and ``closing="fleet"``.
 
 Usage: .venv/bin/python benchmarks/fleet_policy.py [--seed 27] [--out benchmarks/results/fleet_policy.md]
+       .venv/bin/python benchmarks/fleet_policy.py --engine [--out benchmarks/results/fleet_policy_engine.md]
 
 What a method counts, emits and when is decided by its rules alone, not by the machine, so each
 method runs as its reference model over the same micro-batches (no Spark, no timing):
@@ -22,6 +23,11 @@ Streams (seeded; ``--seed``): 500 keys, 120,000 events uniform over 15 minutes o
   10-120 s; the others keep pace;
 - ``IoT demo``: ``examples/iot_demo.py``'s fleet with its own settings (100 devices: fast, slow,
   batch uploaders; 30 minutes; 15-second micro-batches; 1-minute windows; lateness 30 s).
+
+``--engine`` instead runs the IoT demo's generator at a smaller scale (40 devices, 15 minutes)
+through the engine itself (Spark's file source, one file per micro-batch, ``Trigger.AvailableNow``,
+the demo's ``foreachBatch`` stamping sink), today's default and ``closing="fleet"``, and puts the
+same measures beside the models' on the same stream: the engine's numbers should equal its model's.
 
 Per method and stream: **accuracy** (events aggregated, i.e. not late / events), **wrong
 windows** (of the (key, window) pairs with events and an end before the horizon, those never
@@ -223,6 +229,84 @@ def run_methods(events, batch_s: int, window_s: int, lateness_s: int, classes=No
 
 
 # ------------------------------------------------------------------------------------------------
+# The engine on the IoT demo's stream (--engine)
+# ------------------------------------------------------------------------------------------------
+
+def engine_iot_config():
+    """The demo's generator, smaller: 40 devices (4 fast, 8 uploaders) over 15 minutes, uploads
+    every 3-5 minutes (so the horizon of ``measure`` leaves windows to compare)."""
+    from iot_demo import Config
+
+    return Config(devices=40, fast=4, uploaders=8, duration_s=15 * 60, upload_every_min=(3.0, 5.0))
+
+
+def run_engine_iot(workdir: Path) -> Tuple[List[Event], Dict[str, str], int, int, int, Dict[str, tuple]]:
+    """Each keyed method's (emitted, late rows per key) from streaming queries over the demo's files."""
+    from pyspark.sql import functions as F
+
+    import keyed_watermarks as kw
+    from iot_demo import EVENT_SCHEMA, _session, _stamping_sink, _windows, generate, write_batches
+
+    cfg = engine_iot_config()
+    raw, classes = generate(cfg)
+    events = [(e.device, e.ts_ms * 1000, e.arrival_ms * 1000) for e in raw]
+    window_s = int(cfg.window.split()[0]) * (60 if "minute" in cfg.window else 1)
+    lateness_s = int(cfg.lateness.split()[0])
+    write_batches(raw, workdir / "input", cfg)
+    spark = _session()
+    out = {}
+    try:
+        for name, options in [("keyed, default (max_skew 1 h)", {}), ('keyed, closing="fleet"', {"closing": "fleet"})]:
+            tag = "fleet" if options else "default"
+            stream = (spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1)
+                      .parquet(str(workdir / "input")))
+            df = (kw.keyed_watermark(stream, key="device", event_time="ts", lateness=cfg.lateness, **options)
+                  .window(cfg.window).agg_with_report(F.count("*").alias("n")))
+            checkpoint = workdir / "checkpoints" / tag
+            query = (df.writeStream.foreachBatch(_stamping_sink(workdir / "output" / tag, checkpoint))
+                     .outputMode("append").option("checkpointLocation", str(checkpoint))
+                     .trigger(availableNow=True).start())
+            query.awaitTermination()
+            if query.exception() is not None:
+                raise RuntimeError(f"{name}: {query.exception()}")
+            rows = spark.read.parquet(str(workdir / "output" / tag))
+            emitted = [(r.device, r.start_s * SECOND, r.end_s * SECOND, r.emitted_at_s // cfg.batch_s - 1,
+                        tuple(range(r.n)))
+                       for r in _windows(rows.where("kw_kind = 'window'"), "emitted_at_s").collect()]
+            late = Counter({r.device: int(r.late) for r in rows.where("kw_kind = 'late'").groupBy("device")
+                            .agg(F.sum("kw_late_rows").alias("late")).collect()})
+            out[name] = (emitted, late)
+            print(f"engine, {name}: {len(emitted)} windows, {sum(late.values())} late rows", file=sys.stderr)
+    finally:
+        spark.stop()
+    return events, classes, cfg.batch_s, window_s, lateness_s, out
+
+
+def engine_report() -> str:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kw-fleet-engine-") as tmp:
+        events, classes, batch_s, window_s, lateness_s, engine = run_engine_iot(Path(tmp))
+    size = window_s * SECOND
+    batches = micro_batches(events, batch_s)
+    results = {f"model: {m}": r for m, r in run_methods(events, batch_s, window_s, lateness_s, classes).items()}
+    for name, (emitted, late) in engine.items():
+        r = measure(events, size, batch_s, emitted, [0], classes)
+        for g, acc in counted_per_group(batches, late, classes).items():
+            r[g]["accuracy"] = acc
+        results[f"engine: {name}"] = r
+    lines = [f"IoT demo's generator, 40 devices (4 fast, 8 uploaders), 15 minutes, {batch_s} s batches, "
+             f"{window_s} s windows, lateness {lateness_s} s: {len(events):,} events.", "",
+             "| class | run | accuracy | wrong windows | emit delay p50 / p95 (s) |", "|---|---|---:|---:|---:|"]
+    for g in ["all"] + sorted(set(classes.values())):
+        for name, r in results.items():
+            x = r[g]
+            lines.append(f"| {g} | {name} | {100 * x['accuracy']:.2f}% | {x['wrong']:,} of {x['checked']:,} | "
+                         f"{fmt_delay(x)} |")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------
 # Report
 # ------------------------------------------------------------------------------------------------
 
@@ -236,8 +320,18 @@ def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=27)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--engine", action="store_true",
+                    help="the IoT demo's stream (smaller) through the engine, default vs fleet, beside the models")
     args = ap.parse_args(argv)
     started = time.time()
+    if args.engine:
+        report = engine_report() + f"\n({time.time() - started:.0f} s)\n"
+        print(report)
+        if args.out:
+            args.out.write_text("# Issue 27 on the engine: the IoT demo's stream, keyed default and closing='fleet'\n\n"
+                                "Written by `benchmarks/fleet_policy.py --engine --out ...`; "
+                                "see benchmarks/README.md.\n\n" + report)
+        return report
     streams = []
     for name, make in [
         ("in step, 5% of events delayed 0-10 s", lambda r: in_step(r, 0.05)),

@@ -1,6 +1,6 @@
 """Writes the checkpoint fixtures of this release: tests/fixtures/state/<release>/<kind>/.
 
-Usage: .venv/bin/python dev/write_state_fixtures.py [--force]
+Usage: .venv/bin/python dev/write_state_fixtures.py [--force] [--kind KIND]...
 
 Each query of tests/state_queries.py (one kind of state each) runs over the first FIXTURE_FILES
 input files (one micro-batch each); its checkpoint is kept with the absolute paths in its
@@ -9,7 +9,9 @@ tests/test_state_fixtures.py puts back. manifest.json records the release, the S
 how many of how many input files were processed and the window rows emitted so far. A later
 release adds its own directory with this script and keeps every earlier one: the test resumes
 each with the current code (docs/semantics.md, "Upgrades"). Run it once per release, on the
-main line (.venv), with the jar of that release built (dev/setup).
+main line (.venv), with the jar of that release built (dev/setup). ``--kind`` writes only the
+named kinds into the release's existing directory (a kind added within the release), keeping
+the others and their manifest entries.
 """
 
 from __future__ import annotations
@@ -53,8 +55,25 @@ def main() -> int:
     import keyed_watermarks as kw
 
     target = ROOT / "tests" / "fixtures" / "state" / kw.__version__
-    if target.exists():
-        if "--force" not in sys.argv:
+    args = sys.argv[1:]
+    only = [args[i + 1] for i, a in enumerate(args) if a == "--kind" and i + 1 < len(args)]
+    unknown = sorted(set(only) - set(sq.KINDS))
+    if unknown:
+        print(f"unknown kind(s) {unknown}; expected some of {list(sq.KINDS)}", file=sys.stderr)
+        return 2
+    emitted = {}
+    if only:
+        if not (target / "manifest.json").exists():
+            print(f"--kind adds to {target.relative_to(ROOT)}, which has no manifest yet", file=sys.stderr)
+            return 1
+        emitted = json.loads((target / "manifest.json").read_text())["emitted_windows"]
+        for kind in only:
+            if (target / kind).exists() and "--force" not in args:
+                print(f"{(target / kind).relative_to(ROOT)} exists (--force rewrites it)", file=sys.stderr)
+                return 1
+            shutil.rmtree(target / kind, ignore_errors=True)
+    elif target.exists():
+        if "--force" not in args:
             print(f"{target.relative_to(ROOT)} exists (--force rewrites it)", file=sys.stderr)
             return 1
         shutil.rmtree(target)
@@ -63,8 +82,7 @@ def main() -> int:
         work = Path(tmp)
         input_dir = work / "input"
         sq.write_files(spark, sq.make_files(TOTAL_FILES)[:FIXTURE_FILES], input_dir)
-        emitted = {}
-        for kind in sq.KINDS:
+        for kind in only or sq.KINDS:
             checkpoint = work / "ckpt" / kind
             out = work / "out" / kind
             sq.run(spark, kind, input_dir, checkpoint, out)
@@ -81,7 +99,7 @@ def main() -> int:
     }
     (target / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
-    print(f"wrote {target.relative_to(ROOT)}: {len(sq.KINDS)} checkpoints, {size} bytes")
+    print(f"wrote {target.relative_to(ROOT)}: {len(only or sq.KINDS)} checkpoints, {size} bytes in all")
     return 0
 
 

@@ -17,10 +17,10 @@ only read with ``sources``). Per key the *held* watermark never moves backward:
   floor) a key left without open windows leaves state;
 - with ``closing='fleet'`` (``fleet``): no proposal from the key's rows; each key learns a *skew*
   ``s(k)`` and follows the *fleet floor* ``E - s(k)``. At the end of a batch with rows of k (once
-  ``E_N`` is defined): ``s(k) = min(max_skew, max(0, needed, s_old - (E_N - ref) // FLEET_DECAY))``
-  with ``needed`` the max over the windows the batch's rows of k fall in of ``E_N - t``, ``t``
-  the window's latest row of the batch (late rows included), and ``ref`` Spark's ``E`` at the
-  key's previous batch with rows; then ``ref = E_N`` and the watermark is raised to
+  ``E_N`` is defined) that moved the key's max event time ``M(k)`` (or before its first skew):
+  ``s(k) = min(max_skew, max(0, E_N - (M(k) - L), s_old - (E_N - ref) // FLEET_DECAY))``, with
+  ``ref`` Spark's ``E`` when ``s_old`` was learnt, then ``ref = E_N`` (a batch whose rows all lie
+  at or below ``M(k)``, e.g. a retransmission, leaves ``s`` and ``ref``); the watermark is raised to
   ``min(E_N - s(k), M(k))`` (never past the key's max event time). A key without rows whose
   earliest open window's end is ``<= min(E_N - s(k), M(k))`` (its event-time timer) is raised to it too. The
   fleet floor is not applied at the start of a batch (only ``E_N - max_skew`` is), so rows are
@@ -158,6 +158,7 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
                 res.late[(n, key)] = res.late.get((n, key), 0) + 1
             else:
                 open_windows.setdefault((key, start), []).append(row[2])
+        max_before = {k: max_t.get(k) for k in rows_by_key}
         for key, rows in rows_by_key.items():
             m = max(r[1] for r in rows)
             if key in max_t:
@@ -193,14 +194,14 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
             raise_to(key, proposal)
             raise_to(key, floor_of(key, e))  # with the key's lateness of this batch
             if policy.fleet and e is not None:
-                latest: Dict[int, int] = {}  # per window of the batch, its latest row (the partial's max)
-                for r in rows:
-                    latest[r[1] - r[1] % size] = max(latest.get(r[1] - r[1] % size, r[1]), r[1])
-                needed = max(e - t for t in latest.values())
-                old = fleet_skew.get(key)
-                decayed = 0 if old is None else old - (e - fleet_ref[key]) // FLEET_DECAY
-                fleet_skew[key] = min(skew, max(0, needed, decayed))
-                fleet_ref[key] = e
+                # Learnt only from a batch that moved the key's max event time (or the key's first
+                # learning): a retransmitted old row does not move M(k), so it moves no skew.
+                if key not in fleet_skew or m > max_before[key]:
+                    needed = e - (m - policy.lateness)  # how far the key's own watermark trails E
+                    old = fleet_skew.get(key)
+                    decayed = 0 if old is None else old - (e - fleet_ref[key]) // FLEET_DECAY
+                    fleet_skew[key] = min(skew, max(0, needed, decayed))
+                    fleet_ref[key] = e
                 raise_to(key, min(e - fleet_skew[key], max_t[key]))
             if processing_ms is not None:
                 last_arrival[key] = processing_ms[n]

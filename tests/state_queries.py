@@ -6,7 +6,8 @@ another: the runner runs as a subprocess in that line's venv), by tests/test_sta
 (checkpoints written by an earlier keyed-watermarks release, tests/fixtures/state/) and by
 dev/write_state_fixtures.py, which writes those fixtures. Each query covers one kind of state:
 tumbling, sliding and session windows, allowed lateness, adaptive lateness (its quantile
-sketch), sources (the per-source map) and a timer policy (max_skew: event-time timers).
+sketch), sources (the per-source map), a timer policy (max_skew: event-time timers) and
+closing='fleet' (the learnt skew, fleet_skew).
 
 As a script (any line's venv, keyed_watermarks installed):
     python tests/state_queries.py JOBS.json
@@ -93,10 +94,12 @@ def _queries() -> Dict[str, Callable]:
         "sources": lambda e: _keyed(e, source="gw", sources=["g1", "g2"]).window("10 seconds")
         .agg_with_report(*_aggs()),
         "timers": lambda e: _keyed(e, max_skew="8 seconds").window("10 seconds").agg_with_report(*_aggs()),
+        "fleet": lambda e: _keyed(e, closing="fleet", max_skew="20 seconds").window("10 seconds")
+        .agg_with_report(*_aggs()),
     }
 
 
-KINDS = ("tumbling", "sliding", "session", "allowed_lateness", "adaptive_lateness", "sources", "timers")
+KINDS = ("tumbling", "sliding", "session", "allowed_lateness", "adaptive_lateness", "sources", "timers", "fleet")
 
 
 def query(spark, kind: str, input_dir: Path):

@@ -170,7 +170,7 @@ def test_global_closing_in_memory(harness, batches, lateness_s, numeric):
 @given(batches=policy_stream(max_rows=40), lateness_s=st.sampled_from([0, 5]),
        skew_s=st.sampled_from([0, 20, 60, DEFAULT]), numeric=st.booleans())
 def test_fleet_closing_in_memory(harness, batches, lateness_s, skew_s, numeric):
-    """closing='fleet': each key learns how far behind Spark's global watermark its rows arrive
+    """closing='fleet': each key learns how far its own watermark trails Spark's global watermark
     and follows that watermark behind its skew (applied at the end of a batch and by timers, not
     at the start); a key without windows stays until max_skew's floor reaches its watermark."""
     policy = Policy(lateness_s * SECOND, max_skew=model_skew(skew_s), fleet=True)

@@ -229,8 +229,8 @@ def test_fleet_closing_equals_spark_with_watermark_for_keys_in_step(spark, tmp_p
     Spark's own withWatermark aggregation emits, late rows included: a row Spark still takes by
     its one batch of grace (window end above the watermark of the batch before) is on time for
     the fleet floor too, one older than that is late for both; today's default (the key's own
-    watermark) drops the former. (The rows behind the fleet give their keys a skew, so their
-    windows close a batch or two after Spark's: the last batch moves the fleet past them.)"""
+    watermark) drops the former. (The rows behind the fleet do not move their key's max event
+    time, so they teach no skew: every key keeps a skew of 0.)"""
     def at(s):
         return BASE + s * SECOND
     batches = [

@@ -89,29 +89,41 @@ class HeldWatermarkSuite extends AnyFunSuite {
   private def spec(change: WatermarkSpec => WatermarkSpec = identity) =
     change(WatermarkSpec(Seq("k"), "ts", DurationOption("lateness", "0 seconds")))
 
-  test("closing='fleet': the learnt skew, the floor behind Spark's watermark (capped at the key's max), end only") {
+  test(
+    "closing='fleet': the skew learnt when the key's max moves, the floor behind Spark's watermark (capped at the key's max), end only") {
     val spec =
-      WatermarkSpec(Seq("k"), "t", DurationOption("lateness", "1 second"), maxSkew = SkewOf(100L), fleetClosing = true)
+      WatermarkSpec(Seq("k"), "t", DurationOption("lateness", "0 seconds"), maxSkew = SkewOf(100L), fleetClosing = true)
     val policy = spec.policy
     val fleet = policy.fleet.get
-    assert(policy.proposal == Proposal.ClockOnly && fleet.maxSkewMicros == 100L && policy.maxSkewMicros.contains(100L))
+    assert(policy.proposal == Proposal.ClockOnly && fleet == FleetFloor(100L, 0L) && policy.maxSkewMicros.contains(
+      100L))
     val wm = new HeldWatermark(policy, HeldWatermark.freshRecord(spec.lateness.micros))
     wm.observe(1000L)
-    fleet.learn(wm.record, Seq(960L, 1000L), global = 990L) // the oldest window's latest row: 30 behind
-    assert(wm.record.fleetSkew == 30L && wm.record.fleetReference == 990L)
-    assert(wm.advanceWithRows(Undefined, nowMs = 0L, globalWatermark = 990L) == 960L)
+    fleet.learn(wm.record, maxBefore = Undefined, global = 1030L) // the key's watermark (its max) trails E by 30
+    assert(wm.record.fleetSkew == 30L && wm.record.fleetReference == 1030L)
+    assert(wm.advanceWithRows(Undefined, nowMs = 0L, globalWatermark = 1030L) == 1000L, "E - 30, capped at the max")
     assert(wm.applyFloors(0L, 5000L) == 4900L, "at the start only E - max_skew applies")
     assert(wm.advanceWithoutRows(Undefined, 0L, 5000L) == 4900L,
       "the fleet floor (capped at the max, 1000) is below E - max_skew")
     assert(fleet.floor(wm.record, 0L, 1010L) == 980L && fleet.floor(wm.record, 0L, 9000L) == 1000L,
       "E - skew, capped at the max event time")
-    fleet.learn(wm.record, Seq(7000L), global = 1150L) // ahead of E: the skew decays by (1150 - 990) / 16 = 10
-    assert(wm.record.fleetSkew == 20L)
-    fleet.learn(wm.record, Seq(7000L), global = 2000L)
+    wm.observe(500L) // a retransmitted old row: the max stays, and so does the skew
+    fleet.learn(wm.record, maxBefore = 1000L, global = 2000L)
+    assert(wm.record.fleetSkew == 30L && wm.record.fleetReference == 1030L)
+    wm.observe(7000L) // ahead of E: the skew decays by (1190 - 1030) / 16 = 10
+    fleet.learn(wm.record, maxBefore = 1000L, global = 1190L)
+    assert(wm.record.fleetSkew == 20L && wm.record.fleetReference == 1190L)
+    wm.observe(7001L)
+    fleet.learn(wm.record, maxBefore = 7000L, global = 2000L)
     assert(wm.record.fleetSkew == 0L, "at least 0")
-    fleet.learn(wm.record, Seq(0L), global = 2000L)
+    wm.observe(7002L)
+    fleet.learn(wm.record, maxBefore = 7001L, global = 9000L)
     assert(wm.record.fleetSkew == 100L, "at most max_skew")
     assert(fleet.reaches(950L, wm.record).contains(2L) && fleet.reaches(8000L, wm.record).isEmpty)
+    val late = HeldWatermark.freshRecord(10L)
+    late.maxEventTime = 1000L
+    FleetFloor(100L, 10L).learn(late, maxBefore = Undefined, global = 1000L)
+    assert(late.fleetSkew == 10L, "the key's own watermark is its max minus the lateness: 10 behind E")
     wm.record.watermark = 1500L
     assert(!policy.releasable(wm.record, 0L, 1550L) && policy.releasable(wm.record, 0L, 1600L),
       "a key without windows leaves once E - max_skew reaches its watermark")

@@ -258,7 +258,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       if (plan.dedup) batch.duplicates += partial.getLong(layout.duplicates)
       if (plan.dedup && duplicate(partial, start)) batch.duplicates += partial.getLong(layout.rows)
       else {
-        update.observe(partial, start)
+        update.observe(partial)
         if (isLate(start, watermarkAtStart)) {
           late += partial.getLong(layout.rows)
           keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)

@@ -28,14 +28,13 @@ private[operator] final class WatermarkAdvance(
   private val sourceMax = mutable.HashMap.empty[String, Long]
   private var sawRows = false
   private val regressionsBefore = record.regressions
-  /** closing='fleet': the latest event time of each window (by start) the batch's rows fall in. */
-  private val latestPerWindow = mutable.LongMap.empty[Long]
+  /** closing='fleet': the key's max event time before the batch (the skew is learnt when it moves). */
+  private val maxBefore = record.maxEventTime
 
-  def observe(partial: InternalRow, start: Long): Unit = {
+  def observe(partial: InternalRow): Unit = {
     sawRows = true
     val maxT = partial.getLong(layout.maxEventTime)
     watermark.observe(maxT)
-    if (policy.fleet.isDefined) latestPerWindow.update(start, math.max(latestPerWindow.getOrElse(start, maxT), maxT))
     if (layout.lateness >= 0) batchLateness = math.max(batchLateness, partial.getLong(layout.lateness))
     if (layout.eventTimes >= 0) {
       val ts = partial.getArray(layout.eventTimes)
@@ -51,7 +50,7 @@ private[operator] final class WatermarkAdvance(
   /** Ends the batch: the policy's proposal, then the floors. Returns the new watermark. */
   def finish(): Long =
     if (sawRows) {
-      policy.fleet.foreach(_.learn(record, latestPerWindow.values, globalWatermark))
+      policy.fleet.foreach(_.learn(record, maxBefore, globalWatermark))
       watermark.advanceWithRows(proposal(withRows = true), nowMs, globalWatermark)
     } else watermark.advanceWithoutRows(proposal(withRows = false), nowMs, globalWatermark)
 

@@ -34,7 +34,7 @@ private[keyedwatermarks] object WatermarkPolicies {
       if (w.globalClosing) Some(GlobalWatermarkFloor) else None,
       skew.map(SkewFloor(_, w.lateness.micros)),
       // closing='fleet': the skew bound above (the default hour unless set) also bounds the learnt skew.
-      skew.filter(_ => w.fleetClosing).map(FleetFloor(_)),
+      skew.filter(_ => w.fleetClosing).map(FleetFloor(_, w.lateness.micros)),
       w.idleTimeout.filter(_ => w.advanceWhenIdle).map(t => IdleAdvanceFloor(t.millis))).flatten
     val idle = w.idleTimeout.map { t =>
       if (w.advanceWhenIdle) IdleRule.AdvanceWhenIdle(t.millis) else IdleRule.EmitWhenIdle(t.millis)

@@ -79,14 +79,14 @@ private[keyedwatermarks] final case class SkewFloor(skewMicros: Long, defaultLat
  * closing='fleet': a key's watermark follows Spark's global watermark `E` behind the key's own
  * learnt skew `s(k)`, never past the key's max event time (docs/semantics.md, "Fleet closing"): a key in step with the fleet
  * (`s(k) = 0`) closes its windows with Spark's global watermark, a key whose rows arrive behind
- * the fleet keeps that lag. The skew is learnt at the end of each batch with rows of the key
- * ([[learn]]), before the floor is applied. Not applied at the start of a batch, so a row is
+ * the fleet keeps that lag. The skew is learnt at the end of each batch that moved the key's
+ * max event time ([[learn]]), before the floor is applied. Not applied at the start of a batch, so a row is
  * judged against the fleet floor of the key's previous batch (or timer), at most Spark's
  * watermark one batch older: the batch of grace Spark's own late-row check gives. It does not
  * cover a returning key (it is the key's own skew): a key without open windows stays in state,
  * with its skew, until the skew bound `maxSkewMicros` reaches its watermark.
  */
-private[keyedwatermarks] final case class FleetFloor(maxSkewMicros: Long) extends ClockFloor {
+private[keyedwatermarks] final case class FleetFloor(maxSkewMicros: Long, latenessMicros: Long) extends ClockFloor {
   require(maxSkewMicros >= 0, s"max_skew must not be negative, got $maxSkewMicros microseconds")
   def clock: Clock = EventTimeClock
   def coversReturningKey: Boolean = false
@@ -101,15 +101,21 @@ private[keyedwatermarks] final case class FleetFloor(maxSkewMicros: Long) extend
     else Some(Math.floorDiv(threshold + record.fleetSkew + 999L, 1000L))
 
   /**
-   * The key's skew after a batch with rows, at Spark's global watermark `global`: the largest of
-   * how far behind `global` the latest row of each window the batch's rows fall in is
-   * (`latestPerWindow`, late rows included), and of the previous skew decayed by
-   * 1/[[FleetFloor.Decay]] of the fleet's progress since the key's previous batch with rows
-   * (`fleetReference`); at least 0, at most the skew bound.
+   * The key's skew after a batch with rows, at Spark's global watermark `global`, learnt only
+   * when the batch moved the key's max event time past `maxBefore` (or no skew was learnt yet):
+   * a retransmitted old row leaves the max, and so the skew, where it was. Then the skew is the
+   * larger of how far the key's own watermark (max event time minus the lateness) trails
+   * `global`, and of the previous skew decayed by 1/[[FleetFloor.Decay]] of the fleet's progress
+   * since it was learnt (`fleetReference`); at least 0, at most the skew bound. So at the end of
+   * the batch the floor `global - skew` is never above the key's own watermark.
    */
-  def learn(record: KeyRecord, latestPerWindow: Iterable[Long], global: Long): Unit =
-    if (global != Undefined && latestPerWindow.nonEmpty) {
-      val needed = global - latestPerWindow.min
+  def learn(record: KeyRecord, maxBefore: Long, global: Long): Unit =
+    if (global != Undefined && record.maxEventTime != Undefined &&
+      (record.fleetSkew == Undefined || record.maxEventTime > maxBefore)) {
+      val own = saturatingMinus(record.maxEventTime, latenessMicros)
+      val needed =
+        try Math.subtractExact(global, own)
+        catch { case _: ArithmeticException => if (global > own) Long.MaxValue else Long.MinValue }
       val decayed =
         if (record.fleetSkew == Undefined) 0L
         else record.fleetSkew - (global - record.fleetReference) / FleetFloor.Decay

@@ -79,7 +79,7 @@ private[keyedwatermarks] final class KeyRecord(
     var quietSinceMs: Long) {
   /** closing='fleet': the key's learnt skew ([[FleetFloor]]; Undefined until learnt). */
   var fleetSkew: Long = HeldWatermark.Undefined
-  /** closing='fleet': Spark's global watermark at the key's last batch with rows (FleetFloor.learn). */
+  /** closing='fleet': Spark's global watermark when the skew was last learnt (FleetFloor.learn). */
   var fleetReference: Long = HeldWatermark.Undefined
 }
 

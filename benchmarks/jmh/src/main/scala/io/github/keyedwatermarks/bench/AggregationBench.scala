@@ -14,7 +14,7 @@ import org.openjdk.jmh.infra.Blackhole
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
 import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 import io.github.keyedwatermarks.catalyst.UnsafeRowBytes
-import io.github.keyedwatermarks.emission.WindowEmitter
+import io.github.keyedwatermarks.emission.{Pane, WindowEmitter}
 
 /** One local SparkSession per benchmark JVM, only to analyze `groupBy(device, window).agg(...)`. */
 object BenchSpark {
@@ -197,11 +197,12 @@ class EmissionBench {
 
   /** WindowEmitter.window on a ready result row (report columns + conversion to Row). */
   @Benchmark
-  def window(): Row = emitter.window(result, 0, EventTimes.Origin)
+  def window(): Row = emitter.window(result, Pane.OnTime, 0, retraction = false, EventTimes.Origin)
 
   /** Evaluate the buffer and emit: the whole per-window output path. */
   @Benchmark
-  def evaluateAndEmit(): Row = emitter.window(agg.result(group, live), 0, EventTimes.Origin)
+  def evaluateAndEmit(): Row =
+    emitter.window(agg.result(group, live), Pane.OnTime, 0, retraction = false, EventTimes.Origin)
 
   /** WindowEmitter.lateRows: the per-key, per-batch late-row report row. */
   @Benchmark
