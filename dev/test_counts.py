@@ -16,12 +16,14 @@ for xml in sorted(reports.glob("spark-*.xml")):
     passed, failed, skipped = passed + n - f - e - s, failed + f + e, skipped + s
 for log in sorted(reports.glob("sbt-*.log")):
     line = log.stem[len("sbt-"):]
+    where = "every Spark line (one sbt launch)" if line == "all" else f"Spark {line}"
+    # One summary per test command: sbt-all.log has one per line.
     m = re.findall(r"Tests: succeeded (\d+), failed (\d+), canceled (\d+), ignored (\d+)", log.read_text())
     if m:
-        ok, bad, canceled, ignored = map(int, m[-1])
-        print(f"   Scala tests on Spark {line}: {ok} passed, {bad} failed")
+        ok, bad, canceled, ignored = (sum(int(t[i]) for t in m) for i in range(4))
+        print(f"   Scala tests on {where}: {ok} passed, {bad} failed")
         passed, failed, skipped = passed + ok, failed + bad, skipped + canceled + ignored
     else:
-        print(f"   Scala tests on Spark {line}: no summary in the sbt log (compilation or start-up failed)")
+        print(f"   Scala tests on {where}: no summary in the sbt log (compilation or start-up failed)")
         failed += 1
 print(f"total: {passed} passed, {failed} failed, {skipped} skipped")

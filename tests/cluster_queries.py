@@ -6,7 +6,8 @@ Generates a seeded stream under WORK_DIR/input (one parquet file per micro-batch
 files for every master), then runs tumbling, sliding and session windows, a timer policy
 (max_skew: Spark's event-time timers close silent keys' windows) and a restart from the
 checkpoint (half of the files, stop, all of them), each into WORK_DIR/<master-tag>/<name> as
-parquet. A separate process per master: one JVM holds one SparkContext.
+parquet. A separate process per master: one JVM holds one SparkContext (tests/test_cluster.py
+runs the local[2] side in its own session, through run_all).
 """
 
 from __future__ import annotations
@@ -78,8 +79,16 @@ def main(master: str, work: Path) -> None:
                          .config("spark.sql.session.timeZone", "UTC")
                          .config("spark.executor.memory", "768m")).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    run_all(spark, "cluster" if master.startswith("local-cluster") else "local", work)
+    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+    print("EXECUTORS", executors)
+    spark.stop()
+
+
+def run_all(spark: SparkSession, tag: str, work: Path) -> None:
+    """Every query over WORK_DIR/input (written first if missing) into WORK_DIR/<tag>/<name>.
+    tests/test_cluster.py also calls it in-process for the local[2] run, on its own session."""
     write_input(spark, work / "input")
-    tag = "cluster" if master.startswith("local-cluster") else "local"
     base = work / tag
     for name, build in queries().items():
         if name != "restart":
@@ -95,9 +104,6 @@ def main(master: str, work: Path) -> None:
         for f in files[HALF:]:
             os.link(f, half / f.name)
         run(spark, build, half, base / name, base / f"{name}-checkpoint")
-    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-    print("EXECUTORS", executors)
-    spark.stop()
 
 
 if __name__ == "__main__":

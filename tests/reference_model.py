@@ -142,6 +142,7 @@ def run_model(
     emit: str = "final",
     accumulation: str = "accumulating",
     dedup: bool = False,
+    batch_times_ms: Optional[Sequence[int]] = None,
 ) -> ModelResult:
     """``slide`` (micros, <= size) makes the windows sliding; None means tumbling.
 
@@ -166,6 +167,13 @@ def run_model(
     retraction row repeating the previous pane) or those since its previous pane
     ("discarding"). With emit="final" this is the rule of revisions above.
 
+    ``emit="every <n> seconds"``: as "every_batch", but a window that changed since its last
+    pane fires an early pane only at the end of a batch in which its key has rows and at least
+    n seconds of processing time passed since its last pane (``batch_times_ms``: each batch's
+    processing time, by default ``1000 * (n + 1)`` ms as in tests/support.py's run_in_memory);
+    otherwise its change waits (a later batch of its key, or its on-time pane). Tests use no
+    skew bound with it (a key without rows then has no batch).
+
     ``dedup`` (docs/semantics.md, "Deduplication"): each row's fourth element is its dedup
     values. Before anything else, a row whose values its key already has (from an earlier row,
     in this batch or an earlier one) is a copy: counted in ``duplicates``, not aggregated, not
@@ -176,6 +184,14 @@ def run_model(
     copies equal times and values.
     """
     res = ModelResult()
+    every_ms = None
+    if emit.startswith("every "):
+        amount, unit = emit.split()[1:]
+        assert unit in ("second", "seconds"), emit
+        every_ms = int(amount) * 1000
+    early = emit != "final"
+    last_pane_ms: Dict[Tuple[Hashable, int], int] = {}  # (key, start) -> processing time of its last pane
+    dirty: set = set()  # (key, start) of the windows changed since their last pane
     fired: Dict[Tuple[Hashable, int], int] = {}  # (key, start) -> revisions fired so far
     on_time: set = set()  # (key, start) of the windows whose on-time pane fired
     since: Dict[Tuple[Hashable, int], List[Any]] = {}  # (key, start) -> values since its last pane
@@ -241,6 +257,7 @@ def run_model(
                 res.open.setdefault((key, start), []).append(value)
                 since.setdefault((key, start), []).append(value)
                 updated.add((key, start))
+                dirty.add((key, start))
         # End of batch: advance the watermarks, then emit every window they passed.
         for key, t in batch_max.items():
             max_time[key] = max(t, max_time.get(key, t))
@@ -255,9 +272,12 @@ def run_model(
             w = held.get(key)
             revision = fired.get((key, start), 0)
             due = w is not None and start + size <= w
-            changed = (key, start) in updated
+            changed = (key, start) in dirty
+            now_ms = batch_times_ms[n] if batch_times_ms is not None else 1000 * (n + 1)
+            spaced = every_ms is None or (key in batch_max and (
+                (key, start) not in last_pane_ms or now_ms - last_pane_ms[(key, start)] >= every_ms))
             if not due:
-                pane = "early" if emit == "every_batch" and changed else None
+                pane = "early" if early and changed and spaced else None
             elif (key, start) not in on_time:
                 pane = "on_time"
             else:
@@ -272,14 +292,17 @@ def run_model(
                 res.emitted.append(Window(key, start, start + size, n, wm_start.get(key), values, revision, shown))
                 fired[(key, start)] = revision + 1
                 last_pane[(key, start)] = values
+                last_pane_ms[(key, start)] = now_ms
+                dirty.discard((key, start))
                 since[(key, start)] = []
                 if pane == "on_time":
                     on_time.add((key, start))
                 info.handled.add(key)  # a key without rows: by its event-time timer
             if w is not None and start + size + allowed <= w:
                 del res.open[(key, start)]
-                for d in (fired, since, last_pane):
+                for d in (fired, since, last_pane, last_pane_ms):
                     d.pop((key, start), None)
+                dirty.discard((key, start))
                 on_time.discard((key, start))
                 info.handled.add(key)
         for key in list(seen):
@@ -325,8 +348,13 @@ class Session:
     start: int
     end: int
     batch: int  # micro-batch in which the session is emitted
-    values: Tuple[Any, ...]  # its on-time values, sorted
-    revision: int = 0
+    values: Tuple[Any, ...]  # its on-time values, sorted (a pane: as for Window)
+    revision: int = 0  # kw_pane_index with emit != "final"
+    # With emit != "final": "early", "on_time" or "late"; a retraction repeats the last pane of
+    # a session this firing replaces (the session itself before it grew, or one merged into it),
+    # with that pane's bounds and values, and the pane and index of the firing.
+    pane: Optional[str] = None
+    retraction: bool = False
 
 
 @dataclass
@@ -338,23 +366,47 @@ class SessionResult:
     open: Dict[Hashable, List[tuple]] = field(default_factory=dict)
 
 
-def run_session_model(batches: Sequence[Sequence[Row]], lateness: int, gap: Any, allowed: int = 0) -> SessionResult:
+@dataclass
+class _OpenSession:
+    start: int
+    end: int
+    values: List[Any]
+    revisions: int = 0
+    dirty: bool = True
+    on_time: bool = False  # its on-time pane (or that of a session merged into it) fired
+    since: List[Any] = field(default_factory=list)  # values since its last pane (discarding)
+    # the last panes (start, end, values) the next pane withdraws (retracting): its own, and
+    # those of the sessions merged into it
+    panes: List[tuple] = field(default_factory=list)
+
+
+def run_session_model(batches: Sequence[Sequence[Row]], lateness: int, gap: Any, allowed: int = 0,
+                      emit: str = "final", accumulation: str = "accumulating") -> SessionResult:
     """Session windows of docs/semantics.md; ``gap`` (micros) is a number or a function of the
     row's value (a per-row gap; None or <= 0 makes the row invalid).
 
     A row of batch N is late when ``t <= wm(k) - allowed`` at the start of batch N. Every
     on-time row opens ``[t, t + gap)``; at the end of batch N the key's open sessions and new
     intervals are merged where they touch (next start ``<=`` current end; a merge keeps the
-    highest revision count and is changed if any part is), ``wm(k)`` advances with all of k's
-    rows of the batch, and every session with ``end <= wm(k)`` that never fired or changed
-    since it fired is emitted (in batch N) as its next revision; it leaves state once
-    ``end + allowed <= wm(k)``.
+    highest revision count, is changed if any part is and has fired on time if any part has),
+    ``wm(k)`` advances with all of k's rows of the batch, and every session with ``end <=
+    wm(k)`` that never fired or changed since it fired is emitted (in batch N) as its next
+    revision; it leaves state once ``end + allowed <= wm(k)``.
+
+    ``emit="every_batch"`` (docs/semantics.md, "Early panes of sessions"): a session that did
+    not fire on time fires an early pane at the end of every batch that changed it while
+    ``end > wm(k)``, its on-time pane when ``wm(k)`` first reaches its end, and after that a
+    late pane at the end of every batch that changed it (also when a merge moved its end past
+    the watermark). ``accumulation`` as in ``run_model``; with "retracting" a pane comes after
+    one retraction per pane it replaces (the session's own last pane, and the last pane of each
+    session merged into it, in start order).
     """
     res = SessionResult()
     max_time: Dict[Hashable, int] = {}
+    state: Dict[Hashable, List[_OpenSession]] = {}
     for n, batch in enumerate(batches):
         wm_start = {k: m - lateness for k, m in max_time.items()}
-        new: Dict[Hashable, List[tuple]] = defaultdict(list)
+        new: Dict[Hashable, List[_OpenSession]] = defaultdict(list)
         for key, t, value in batch:
             g = gap(value) if callable(gap) else gap
             if key is None or t is None or g is None or g <= 0:
@@ -363,24 +415,44 @@ def run_session_model(batches: Sequence[Sequence[Row]], lateness: int, gap: Any,
             if key in wm_start and t <= wm_start[key] - allowed:
                 res.late[(n, key)] = res.late.get((n, key), 0) + 1
             else:
-                new[key].append((t, t + g, [value], 0, True))
+                new[key].append(_OpenSession(t, t + g, [value], since=[value]))
             max_time[key] = max(t, max_time.get(key, t))
-        for key in set(res.open) | set(new):
-            intervals = sorted(res.open.get(key, []) + new.get(key, []), key=lambda i: i[0])
-            merged: List[list] = []
-            for start, end, values, revisions, dirty in intervals:
-                if merged and start <= merged[-1][1]:
+        for key in set(state) | set(new):
+            # Stable: a stored session before a new interval of the same start, as the operator
+            # sorts them (the order only decides the order of retractions).
+            intervals = sorted(state.get(key, []) + new.get(key, []), key=lambda i: i.start)
+            merged: List[_OpenSession] = []
+            for s in intervals:
+                if merged and s.start <= merged[-1].end:
                     m = merged[-1]
-                    merged[-1] = [m[0], max(m[1], end), m[2] + values, max(m[3], revisions), m[4] or dirty]
+                    merged[-1] = _OpenSession(m.start, max(m.end, s.end), m.values + s.values,
+                                              max(m.revisions, s.revisions), m.dirty or s.dirty,
+                                              m.on_time or s.on_time, m.since + s.since, m.panes + s.panes)
                 else:
-                    merged.append([start, end, list(values), revisions, dirty])
+                    merged.append(s)
             wm = max_time[key] - lateness
             keep = []
-            for start, end, values, revisions, dirty in merged:
-                if end <= wm and (revisions == 0 or dirty):
-                    res.emitted.append(Session(key, start, end, n, tuple(sorted(values, key=repr)), revisions))
-                    revisions, dirty = revisions + 1, False
-                if not end + allowed <= wm:
-                    keep.append((start, end, values, revisions, dirty))
-            res.open[key] = keep
+            for s in merged:
+                due = s.end <= wm
+                if s.on_time:
+                    pane = "late" if s.dirty and (due or emit == "every_batch") else None
+                elif due:
+                    pane = "on_time"
+                else:
+                    pane = "early" if emit == "every_batch" and s.dirty else None
+                if pane is not None:
+                    shown = None if emit == "final" else pane
+                    if accumulation == "retracting":
+                        for start, end, values in s.panes:
+                            res.emitted.append(Session(key, start, end, n, values, s.revisions, shown, True))
+                    values = tuple(sorted(s.since if accumulation == "discarding" else s.values, key=repr))
+                    res.emitted.append(Session(key, s.start, s.end, n, values, s.revisions, shown))
+                    s.panes = [(s.start, s.end, values)]
+                    s.since = []
+                    s.revisions, s.dirty = s.revisions + 1, False
+                    s.on_time = s.on_time or pane == "on_time"
+                if not s.end + allowed <= wm:
+                    keep.append(s)
+            state[key] = keep
+    res.open = {k: [(s.start, s.end, s.values, s.revisions, s.dirty) for s in ss] for k, ss in state.items()}
     return res

@@ -3,9 +3,10 @@ executor JVM each) gives the same results as ``local[2]`` for tumbling, sliding 
 windows, a timer policy and a restart from the checkpoint. So the operator's classes and plan
 serialize to executors in other JVMs, and the jar reaches them through ``kw.configure``.
 
-Both runs are subprocesses of tests/cluster_queries.py over the same input files (one JVM holds
-one SparkContext). local-cluster launches executors with ``SPARK_HOME/bin``: the pyspark package
-is a Spark home.
+The cluster run is a subprocess of tests/cluster_queries.py (one JVM holds one SparkContext); the
+local[2] run is the same queries over the same input files in the suite's own local[2] session
+(cluster_queries.run_all: one JVM start fewer). local-cluster launches executors with
+``SPARK_HOME/bin``: the pyspark package is a Spark home.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pyspark
 import pytest
+
+import cluster_queries
 
 pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
 
@@ -38,10 +41,10 @@ def rows(spark, directory: Path) -> Counter:
 
 
 def test_local_cluster_equals_local(spark, tmp_path):
-    local_out = run_queries("local[2]", tmp_path)
+    assert spark.sparkContext.master == "local[2]"
+    cluster_queries.run_all(spark, "local", tmp_path)  # writes the input files the cluster reads
     cluster_out = run_queries("local-cluster[2,1,1024]", tmp_path)
     assert "EXECUTORS 2" in cluster_out, cluster_out
-    assert "EXECUTORS" in local_out
     for name in ("tumbling", "sliding", "session", "timers", "restart"):
         local, cluster = rows(spark, tmp_path / "local" / name), rows(spark, tmp_path / "cluster" / name)
         assert cluster == local, name

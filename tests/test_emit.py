@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from pyspark.errors import AnalysisException, IllegalArgumentException, StreamingQueryException
+from pyspark.errors import IllegalArgumentException
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
+from reference_model import run_session_model
 from support import BASE, SECOND, Replay, ts
 
 SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE"
@@ -91,22 +92,22 @@ def test_every_batch_in_update_mode_equals_spark_update_mode(spark, tmp_path):
 
 
 def test_complete_mode_is_refused_when_the_query_starts(spark, tmp_path):
-    # Spark's own check (the keyed result is no streaming aggregation), in start(), before any
-    # batch: its message differs across lines.
+    # Our check (planner.OutputModeCheck), in start(), before Spark's own and before any batch.
     replay = Replay(spark, tmp_path, schema=SCHEMA)
     replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in BATCHES[:1]])
     result = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness="5 seconds")
               .window("10 seconds", emit="every_batch").agg(F.count("*").alias("n")))
-    with pytest.raises((AnalysisException, StreamingQueryException), 
-                       match=r"(?i)output mode: complete|complete output mode not supported"):
-        (result.writeStream.outputMode("complete").format("memory").queryName("kw_emit_complete")
+    with pytest.raises(IllegalArgumentException, match=r"outputMode: 'complete' is not supported for a keyed query"):
+        (result.select("device", "n").writeStream.outputMode("complete").format("memory").queryName("kw_emit_complete")
          .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     assert not any(q.name == "kw_emit_complete" for q in spark.streams.active)
+    assert not (tmp_path / "checkpoint" / "commits").exists() or not any((tmp_path / "checkpoint" / "commits").iterdir())
 
 
 @pytest.mark.parametrize("window, message", [
-    ({"emit": "sometimes"}, "emit: expected 'final' or 'every_batch', got 'sometimes'"),
-    ({"emit": "every 10 seconds"}, "processing time is not supported yet"),
+    ({"emit": "sometimes"}, "emit: expected 'final', 'every_batch' or 'every <duration>'"),
+    ({"emit": "every 10 parsecs"}, "emit: '10 parsecs' is not a valid duration"),
+    ({"emit": "every 0 seconds"}, "emit: must be positive"),
     ({"accumulation": "discarding"}, "accumulation: 'discarding' needs repeated panes"),
     ({"emit": "every_batch", "accumulation": "both"}, "accumulation: expected 'accumulating', 'discarding'"),
     ({"emit": 3}, "emit: expected a string"),
@@ -118,11 +119,61 @@ def test_bad_emit_options_raise_before_start(spark, tmp_path, window, message):
         kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds").window("10 seconds", **window)
 
 
-def test_sessions_refuse_early_firings_for_now(spark, tmp_path):
+# Sessions (gap 10 s, lateness 10 s, one key's rows per batch in time order): a session that is
+# due at once, growth (a[30,40) -> a[30,45)), a merge of two sessions by a row between them
+# (b[2,12) + b[20,30) -> b[2,30)) and on-time panes of sessions no batch changed.
+SESSION_BATCHES = [
+    [("a", at(1), 1.0), ("a", at(30), 2.0), ("b", at(2), 3.0)],
+    [("b", at(20), 4.0), ("a", at(35), 5.0)],
+    [("b", at(11), 6.0), ("a", at(50), 7.0)],
+    [("a", at(70), 8.0), ("b", at(45), 9.0)],
+]
+
+
+@pytest.mark.all_versions
+def test_session_panes_retract_replaced_sessions(spark, tmp_path):
+    """Sessions with emit='every_batch', accumulation='retracting', in update mode: each
+    micro-batch's rows equal the session model's panes and retractions, and the rows minus the
+    retractions are the sessions of emit='final' (tests/test_emit_in_memory.py: generated cases)."""
+    replay = Replay(spark, tmp_path, schema=SCHEMA)
+    replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in SESSION_BATCHES])
+    result = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness="10 seconds",
+                                 max_skew="unbounded")
+              .session("10 seconds", emit="every_batch", accumulation="retracting")
+              .agg(F.sort_array(F.collect_list("temp")).alias("temps")))
+    assert result.columns == ["device", "session_window", "temps", "kw_pane", "kw_pane_index", "kw_retraction"]
+    got = run_update(result, tmp_path)
+    model = run_session_model(SESSION_BATCHES, 10 * SECOND, 10 * SECOND, emit="every_batch",
+                              accumulation="retracting")
+
+    def micros(t):
+        return int(t.timestamp() * 1_000_000)
+
+    rows = {b: sorted((r.device, micros(r.session_window.start), micros(r.session_window.end), tuple(r.temps),
+                       r.kw_pane, r.kw_pane_index, r.kw_retraction) for r in rs) for b, rs in got.items() if rs}
+    want = defaultdict(list)
+    for s in model.emitted:
+        want[s.batch].append((s.key, s.start, s.end, s.values, s.pane, s.revision, s.retraction))
+    assert rows == {b: sorted(v) for b, v in want.items()}
+    # The merge in batch 2 withdraws both sessions it replaces, b[2,12) and b[20,30).
+    assert [(s.batch, s.key) for s in model.emitted if s.retraction].count((2, "b")) == 2
+    net = defaultdict(int)
+    for rs in rows.values():
+        for key, start, end, temps, _, _, retraction in rs:
+            net[(key, start, end, temps)] += -1 if retraction else 1
+    final = run_session_model(SESSION_BATCHES, 10 * SECOND, 10 * SECOND)
+    # Emitted when due, or still open (not due) at the end: no session is both here.
+    sessions = {(s.key, s.start, s.end, s.values) for s in final.emitted} | {
+        (k, start, end, tuple(sorted(vs))) for k, open_ in final.open.items() for start, end, vs, _, _ in open_}
+    assert {k for k, c in net.items() if c} == sessions
+    assert set(net.values()) <= {0, 1}
+
+
+def test_sessions_refuse_spaced_panes_for_now(spark, tmp_path):
     events = Replay(spark, tmp_path, schema=SCHEMA).stream()
     watermark = kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds")
-    with pytest.raises(IllegalArgumentException, match="not supported for session windows yet"):
-        watermark._windows({"session": {"gap": "10 seconds", "emit": "every_batch"}}, {})
+    with pytest.raises(IllegalArgumentException, match="emit: 'every 10 seconds' is not supported for session windows"):
+        watermark.session("10 seconds", emit="every 10 seconds")
 
 
 def test_rollup_refuses_a_stage_that_emits_panes(spark, tmp_path):

@@ -41,6 +41,13 @@ def _run(cmd, **kwargs) -> subprocess.CompletedProcess:
 def wheel(tmp_path_factory) -> Path:
     if not list((PYTHON_DIR / "keyed_watermarks" / "jars").glob("*.jar")):
         pytest.fail("no jar in python/keyed_watermarks/jars: run dev/setup first")
+    # dev/test builds the wheel once per run, in the first line's venv, and the other lines
+    # install that same wheel (KW_TEST_WHEEL_DIR, emptied by dev/test when it starts): the build
+    # does not depend on the running pyspark; installing and running it does.
+    shared = os.environ.get("KW_TEST_WHEEL_DIR")
+    if shared and list(Path(shared).glob("keyed_watermarks-*.whl")):
+        (whl,) = Path(shared).glob("keyed_watermarks-*.whl")
+        return whl
     tmp = tmp_path_factory.mktemp("wheel")
     # Build from a copy so that nothing (build/, egg-info) is written into python/.
     src = tmp / "src"
@@ -50,6 +57,9 @@ def wheel(tmp_path_factory) -> Path:
     out = tmp / "dist"
     _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(src)], timeout=300)
     (whl,) = out.glob("keyed_watermarks-*.whl")
+    if shared:
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        whl = Path(shutil.copy(whl, Path(shared) / whl.name))
     return whl
 
 

@@ -204,9 +204,11 @@ class KeyedWatermark:
         >>> sliding.columns
         ['device', 'window', 'n', 'revision']
 
-        ``emit`` says when a window fires: ``"final"`` (the default, as above) or
+        ``emit`` says when a window fires: ``"final"`` (the default, as above),
         ``"every_batch"``: also an *early* pane at the end of every micro-batch that changed the
-        window, before its key's watermark passes its end. Each result row then says which
+        window, before its key's watermark passes its end, or ``"every <duration>"`` (e.g.
+        ``"every 10 seconds"``): early panes at most once per that much processing time per
+        window (a change waits for a later micro-batch of its key, or for the on-time pane). Each result row then says which
         firing it is: ``kw_pane`` (``'early'``, ``'on_time'`` (exactly one per window, when
         the watermark passes its end) or ``'late'`` (within ``allowed_lateness``)) and
         ``kw_pane_index`` (0, 1, 2, ... per window; it replaces ``revision``).
@@ -237,7 +239,11 @@ class KeyedWatermark:
         return self._windows({"window": window}, {})
 
     def session(
-        self, gap: Union[Duration, Column], allowed_lateness: Optional[Duration] = None
+        self,
+        gap: Union[Duration, Column],
+        allowed_lateness: Optional[Duration] = None,
+        emit: Optional[str] = None,
+        accumulation: Optional[str] = None,
     ) -> KeyedWindow:
         """Session windows per key.
 
@@ -260,6 +266,15 @@ class KeyedWatermark:
         ``allowed_lateness`` keeps a session that long after it fired: rows that still merge
         into it make it fire again, as the next ``revision``, when it is due.
 
+        ``emit`` and ``accumulation`` as for :meth:`window`: with ``emit="every_batch"`` a
+        session that grows is emitted again at the end of every micro-batch that changed it
+        (an early pane), and its on-time pane fires when the key's watermark passes its end.
+        A session's bounds change as it grows and sessions merge, so a sink that keeps one row
+        per (key, session_window) would keep rows of sessions since replaced:
+        ``accumulation="retracting"`` withdraws each replaced session's last pane (with its old
+        bounds) in the batch of the pane that replaces it; see docs/semantics.md, "Early panes
+        of sessions".
+
         >>> sessions = (kw.keyed_watermark(events, key="device", event_time="ts",
         ...                                lateness="10 seconds")
         ...             .session(F.when(F.col("kind") == "batch", "10 minutes")
@@ -268,10 +283,14 @@ class KeyedWatermark:
         >>> sessions.columns
         ['device', 'session_window', 'n']
         """
-        allowed = _duration("allowed_lateness", allowed_lateness)
+        options = {
+            "allowed_lateness": _duration("allowed_lateness", allowed_lateness),
+            "emit": _choice("emit", emit),
+            "accumulation": _choice("accumulation", accumulation),
+        }
         if isinstance(gap, Column):
-            return self._windows({"session": _drop_none({"allowed_lateness": allowed})}, {"gap": gap})
-        return self._windows({"session": _drop_none({"gap": _duration("gap", gap), "allowed_lateness": allowed})}, {})
+            return self._windows({"session": _drop_none(options)}, {"gap": gap})
+        return self._windows({"session": _drop_none({"gap": _duration("gap", gap), **options})}, {})
 
 
 def keyed_watermark(

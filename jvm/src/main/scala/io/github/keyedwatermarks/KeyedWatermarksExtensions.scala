@@ -3,15 +3,16 @@ package io.github.keyedwatermarks
 import org.apache.spark.sql.SparkSessionExtensions
 
 import io.github.keyedwatermarks.partials.KeyedPartialAggregateStrategy
-import io.github.keyedwatermarks.planner.{KeyedStages, StageRecordCheck}
+import io.github.keyedwatermarks.planner.{KeyedStages, OutputModeCheck, StageRecordCheck}
 
 /**
  * Registers the planner strategy of the partial aggregation with Spark, as Delta registers
  * its own: `spark.sql.extensions=io.github.keyedwatermarks.KeyedWatermarksExtensions`
  * (its name is `contract.Contract.ExtensionsClass`)
  * (`keyed_watermarks.configure(builder)` sets it), and the check that refuses Spark's stateful
- * operators after a keyed stage (planner.KeyedStages.AfterKeyedStage), and the check of a
- * restarted query against its checkpoint's record (planner.StageRecordCheck). A session without it gets the strategy added
+ * operators after a keyed stage (planner.KeyedStages.AfterKeyedStage), the check of a
+ * restarted query against its checkpoint's record (planner.StageRecordCheck), and the rule that
+ * refuses outputMode("complete") for a keyed query (planner.OutputModeCheck). A session without it gets the strategy added
  * to its `experimental.extraStrategies` when the first keyed query is planned.
  */
 class KeyedWatermarksExtensions extends (SparkSessionExtensions => Unit) {
@@ -21,5 +22,7 @@ class KeyedWatermarksExtensions extends (SparkSessionExtensions => Unit) {
     extensions.injectCheckRule(_ => KeyedStages.AfterKeyedStage)
     // Refuses a restart with an incompatible query before its first micro-batch runs.
     extensions.injectColumnar(session => new StageRecordCheck(session))
+    // Refuses outputMode("complete") for a keyed query when it starts, before Spark's own check.
+    extensions.injectHintResolutionRule(_ => OutputModeCheck)
   }
 }

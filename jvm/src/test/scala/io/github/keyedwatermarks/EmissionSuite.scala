@@ -1,5 +1,6 @@
 package io.github.keyedwatermarks
 
+import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
 import org.scalatest.funsuite.AnyFunSuite
 
@@ -28,6 +29,11 @@ class EmissionSuite extends AnyFunSuite {
     assert(Firing.pane(every, due = true, firedOnTime = false, changed = true).contains(Pane.OnTime))
     assert(Firing.pane(every, due = true, firedOnTime = true, changed = true).contains(Pane.Late))
     assert(Firing.pane(every, due = true, firedOnTime = true, changed = false).isEmpty)
+    // A session that fired on time and grew past the watermark (allowed lateness): a late pane at
+    // once with early firings; with emit='final' its next revision waits until it is due again.
+    assert(Firing.pane(every, due = false, firedOnTime = true, changed = true).contains(Pane.Late))
+    assert(Firing.pane(Emission.Default, due = false, firedOnTime = true, changed = true).isEmpty)
+    assert(Firing.pane(Emission.Default, due = true, firedOnTime = true, changed = true).contains(Pane.Late))
   }
 
   test("a window's state row gains a field only when retracting (other checkpoints stay readable)") {
@@ -35,16 +41,25 @@ class EmissionSuite extends AnyFunSuite {
     assert(new OpenWindowRows(buffer).schema.fieldNames.toSeq ==
       Seq("count", "kw_revisions", "kw_end", "kw_start", "kw_dirty"))
     assert(new OpenWindowRows(buffer, Some(buffer)).schema.fieldNames.last == "kw_previous_pane")
+    // Sessions with early panes store whether their on-time pane fired (new queries only).
+    val flagged = new OpenWindowRows(buffer, Some(buffer), onTimeFlag = true)
+    assert(flagged.schema.fieldNames.takeRight(2).toSeq == Seq("kw_previous_pane", "kw_on_time_fired"))
+    val row = flagged.row(InternalRow(3L), 1, 10L, 20L, dirty = false, previous = InternalRow(2L), onTimeFired = true)
+    assert(flagged.onTimeFired(row) && flagged.previous(row).getLong(0) == 2L && flagged.end(row) == 20L)
   }
 
   test("bad combinations fail before the query starts, naming the option") {
     def error(f: => Any): String = intercept[IllegalArgumentException](f).getMessage
-    assert(error(Emission.of(Some("always"), None)).startsWith("emit: expected 'final' or 'every_batch'"))
+    assert(error(Emission.of(Some("always"), None)).startsWith("emit: expected 'final', 'every_batch' or 'every <"))
+    assert(Emission.of(Some("every 10 seconds"), None).earlyPaneIntervalMs == 10000L)
+    assert(error(Emission.of(Some("every 1 month"), None)).startsWith("emit: '1 month' uses months"))
+    assert(error(Emission.of(Some("every 10 seconds"), None).validate(
+          Sessions(FixedGap(DurationOption("gap", "10 seconds"))))).contains("not supported for session windows yet"))
     assert(error(Emission.of(None, Some("merging"))).startsWith("accumulation: expected"))
     val tumbling = Tumbling(DurationOption("window", "10 seconds"))
     assert(error(Emission.of(None, Some("retracting")).validate(tumbling)).startsWith("accumulation: 'retracting'"))
     val sessions = Sessions(FixedGap(DurationOption("gap", "10 seconds")))
-    assert(error(every.validate(sessions)).contains("not supported for session windows"))
+    every.validate(sessions)
     every.validate(tumbling)
   }
 }

@@ -13,12 +13,20 @@ import io.github.keyedwatermarks.spec.Emission
 private[keyedwatermarks] object Firing {
   /**
    * @param due         the key's watermark now passes the window's end
-   * @param firedOnTime the window's on-time pane was emitted in an earlier batch
+   * @param firedOnTime the window's on-time pane was emitted in an earlier batch (for a session:
+   *                    the on-time pane of it or of a session merged into it)
    * @param changed     rows were merged into the window since its last pane
+   * @param spaced      enough processing time passed since the window's last pane for an early
+   *                    one (always, but with emit='every <duration>')
+   *
+   * An aligned window that fired on time is due (its end is fixed and the watermark only
+   * rises); a session that fired on time may have grown past the watermark since: its changes
+   * are then late panes, at once with early firings, once due again without (today's revisions).
    */
-  def pane(emission: Emission, due: Boolean, firedOnTime: Boolean, changed: Boolean): Option[Pane] =
-    if (!due) { if (emission.early && changed) Some(Pane.Early) else None }
-    else if (!firedOnTime) Some(Pane.OnTime)
-    else if (changed) Some(Pane.Late)
+  def pane(emission: Emission, due: Boolean, firedOnTime: Boolean, changed: Boolean,
+      spaced: Boolean = true): Option[Pane] =
+    if (firedOnTime) { if (changed && (due || emission.early && spaced)) Some(Pane.Late) else None }
+    else if (due) Some(Pane.OnTime)
+    else if (emission.early && changed && spaced) Some(Pane.Early)
     else None
 }

@@ -91,8 +91,23 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     d.duplicate(values, partial.getLong(layout.dedupPartition), lateFrom(start))
   }
 
+  /** Sessions whose early panes come before the on-time pane: their state says which fired (OpenWindowRows). */
+  private val sessionsWithEarlyPanes = plan.emission.early && (plan.windows match {
+    case _: SessionWindows => true
+    case _: AlignedWindows => false
+  })
+
+  /** emit='every <duration>': a window's early panes at least that much processing time apart. */
+  private val spacedPanes = plan.emission.earlyPaneIntervalMs > 0
+
+  /** Whether an early pane of `window` may fire at processing time `nowMs` (emit='every <duration>'). */
+  private def spaced(window: OpenWindow, nowMs: Long): Boolean =
+    !spacedPanes || window.lastPaneMs == OpenWindowRows.NoPane ||
+      nowMs - window.lastPaneMs >= plan.emission.earlyPaneIntervalMs
+
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
-    state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows, previousPaneSchema, plan.dedup)
+    state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows, previousPaneSchema, plan.dedup,
+      onTimeFlag = sessionsWithEarlyPanes, paneTimes = spacedPanes)
   }
 
   private def previousPaneSchema = if (plan.emission.retracting) Some(plan.emitter.aggregateSchema) else None
@@ -102,7 +117,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    * (state.StageRecord): what the per-key check of KeyState compares, and the key columns.
    */
   def stageRecord(batch: Long): StageRecord = StageRecord.current(KeyState.describe(plan.windows),
-    new OpenWindowRows(agg.bufferSchema, previousPaneSchema).schema,
+    new OpenWindowRows(agg.bufferSchema, previousPaneSchema, sessionsWithEarlyPanes, spacedPanes).schema,
     plan.keyNames.zip(plan.keySchema.fields).map { case (n, f) => s"$n ${f.dataType.simpleString}" }, batch)
 
   /** Spark's global watermark in microseconds (only with max_skew / closing='global'). */
@@ -117,11 +132,17 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    * An open window of the key: its live buffer (with accumulation='discarding': the rows since
    * its last pane), the revisions (panes) it fired, its bounds, whether it changed since it last
    * fired (rows merged into it: a window that already fired fires again, as its next revision),
-   * and with accumulation='retracting' the result of its last pane (null: none yet).
+   * whether its on-time pane fired, and with accumulation='retracting' the result of its last
+   * pane (null: none yet) and, for a session that merged sessions in this call, the results of
+   * their last panes (its next pane withdraws them all).
    */
   private final class OpenWindow(
       val start: Long, val end: Long, var buffer: InternalRow, var revisions: Int, var dirty: Boolean = false,
-      var previous: InternalRow = null) {
+      var previous: InternalRow = null, var onTimeFired: Boolean = false) {
+    var replacedPanes: List[InternalRow] = Nil
+    /** The processing time (ms) of its last pane (emit='every <duration>' only). */
+    var lastPaneMs: Long = OpenWindowRows.NoPane
+
     /**
      * The watermark at which it next changes: fires (on time, or again) or expires; `wm` the
      * key's watermark now (a window whose early panes fired is still due at its end).
@@ -158,9 +179,21 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     loaded.foreach(_.windows.foreach { row =>
       val rows = state.windowRows
       val start = rows.start(row)
-      windows.update(start,
-        new OpenWindow(start, rows.end(row), agg.fromStored(row), rows.revisions(row), rows.dirty(row),
-          rows.previous(row)))
+      val end = rows.end(row)
+      val revisions = rows.revisions(row)
+      // An aligned window's end is fixed: it fired on time if it fired and the stored watermark
+      // passed it. A session's end moves: with early panes it says so itself; otherwise its
+      // first firing is its on-time pane.
+      val onTimeFired =
+        if (sessionsWithEarlyPanes) rows.onTimeFired(row)
+        else plan.windows match {
+          case _: AlignedWindows => revisions > 0 && ClosedWindows.closedBy(end, watermarkStored)
+          case _: SessionWindows => revisions > 0
+        }
+      val window = new OpenWindow(start, end, agg.fromStored(row), revisions, rows.dirty(row), rows.previous(row),
+        onTimeFired)
+      if (spacedPanes) window.lastPaneMs = rows.lastPaneMs(row)
+      windows.update(start, window)
     })
 
     /** Sessions: this batch's on-time intervals, merged with the key's sessions by `close`. */
@@ -169,6 +202,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     var eventTimerMs: Option[Long] = loaded.map(_.eventTimerMs).filter(_ != KeyState.NoTimer)
     val update = new WatermarkAdvance(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
       globalWatermark(timerValues))
+    /** Processing time of the call: the micro-batch's timestamp (constant within the batch). */
+    val nowMs: Long = timerValues.getCurrentProcessingTimeInMs()
     /** Whether the key left state in this call. */
     var released = false
     /** Rows dropped as copies (dedup) in this call. */
@@ -194,7 +229,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
         val earliest = if (open.isEmpty) HeldWatermark.Undefined else open.iterator.map(_.start).min
         state.store(record, eventTimerMs.getOrElse(KeyState.NoTimer),
           open.iterator.map(w =>
-            state.windowRows.row(agg.toStored(w.buffer), w.revisions, w.start, w.end, w.dirty, w.previous)),
+            state.windowRows.row(agg.toStored(w.buffer), w.revisions, w.start, w.end, w.dirty, w.previous,
+              w.onTimeFired, w.lastPaneMs)),
           open.size, earliest)
       }
     }
@@ -345,9 +381,12 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
 
   /**
    * Sessions: merges the batch's intervals with the key's open sessions where they touch (start
-   * <= end of the previous, as Spark's session_window merges); a session fires when the key's
-   * watermark passes its end, and again (next revision) whenever it changed since and is due;
-   * it leaves state when end + allowed lateness <= the watermark.
+   * <= end of the previous, as Spark's session_window merges); a session fires its panes by
+   * [[Firing.pane]] (its on-time pane when the key's watermark passes its end, again as its
+   * next revision whenever it changed since and is due, and with early firings at every change);
+   * it leaves state when end + allowed lateness <= the watermark. A merged session continues the
+   * highest revision count among its parts, has fired on time if one of them has, and with
+   * accumulation='retracting' withdraws their last panes with its next pane.
    */
   private def closeSessions(
       keyValues: InternalRow, batch: KeyBatch, watermarkNow: Long, watermarkAtStart: Long): collection.Seq[Row] = {
@@ -364,19 +403,15 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       val session =
         if (j == i + 1) sorted(i)
         else {
-          // A merge continues the revisions of the sessions it joins.
           val parts = sorted.slice(i, j)
-          val merged = new OpenWindow(start, end, agg.newBuffer(), parts.map(_.revisions).max, parts.exists(_.dirty))
+          val merged = new OpenWindow(start, end, agg.newBuffer(), parts.map(_.revisions).max, parts.exists(_.dirty),
+            onTimeFired = parts.exists(_.onTimeFired))
           parts.foreach(p => agg.merge(merged.buffer, agg.toStored(p.buffer).copy()))
+          if (plan.emission.retracting) merged.replacedPanes = parts.iterator.flatMap(p => Option(p.previous)).toList
           merged
         }
-      if (ClosedWindows.closedBy(end, watermarkNow) && (session.revisions == 0 || session.dirty)) {
-        emitted += plan.emitter.window(agg.result(windowGroup(keyValues, start, end), session.buffer),
-          if (session.revisions == 0) Pane.OnTime else Pane.Late, session.revisions, retraction = false,
-          watermarkAtStart)
-        session.revisions += 1
-        session.dirty = false
-      }
+      Firing.pane(plan.emission, ClosedWindows.closedBy(end, watermarkNow), session.onTimeFired, session.dirty)
+        .foreach(fire(keyValues, session, _, watermarkAtStart, batch.nowMs, emitted))
       if (!ClosedWindows.closedBy(end + plan.allowedLatenessMicros, watermarkNow)) batch.windows.update(start, session)
       i = j
     }
@@ -393,27 +428,30 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       keyValues: InternalRow, batch: KeyBatch, watermarkNow: Long, reportedWatermark: Long): collection.Seq[Row] = {
     val out = mutable.ArrayBuffer.empty[Row]
     batch.windows.values.toArray.sortBy(_.start).foreach { window =>
-      Firing.pane(plan.emission, due(window, watermarkNow), firedOnTime(batch, window), window.dirty)
-        .foreach(fire(keyValues, window, _, reportedWatermark, out))
+      Firing.pane(plan.emission, due(window, watermarkNow), window.onTimeFired, window.dirty,
+        spaced(window, batch.nowMs)).foreach(fire(keyValues, window, _, reportedWatermark, batch.nowMs, out))
       if (expired(window, watermarkNow)) batch.windows.remove(window.start)
     }
     out
   }
 
-  /** Whether the window's on-time pane fired in an earlier call (see KeyBatch.watermarkStored). */
-  private def firedOnTime(batch: KeyBatch, window: OpenWindow): Boolean =
-    window.revisions > 0 && due(window, batch.watermarkStored)
-
   /**
    * Emits the window's next pane, as its accumulation mode says: the whole window
    * (accumulating), the rows since its last pane (discarding: the buffer starts over), or the
-   * whole window after a row withdrawing the last pane (retracting: the pane's result is kept).
+   * whole window after a row withdrawing the last pane (retracting: the pane's result is kept;
+   * a merged session withdraws the last panes of the sessions it replaces).
    */
   private def fire(
-      keyValues: InternalRow, window: OpenWindow, pane: Pane, reported: Long, out: mutable.Growable[Row]): Unit = {
+      keyValues: InternalRow, window: OpenWindow, pane: Pane, reported: Long, nowMs: Long,
+      out: mutable.Growable[Row]): Unit = {
     val result = agg.result(windowGroup(keyValues, window.start, window.end), window.buffer)
-    if (plan.emission.retracting && window.previous != null)
-      out += plan.emitter.window(window.previous, pane, window.revisions, retraction = true, reported)
+    if (plan.emission.retracting) {
+      if (window.previous != null)
+        out += plan.emitter.window(window.previous, pane, window.revisions, retraction = true, reported)
+      window.replacedPanes.foreach(p =>
+        out += plan.emitter.window(p, pane, window.revisions, retraction = true, reported))
+      window.replacedPanes = Nil
+    }
     out += plan.emitter.window(result, pane, window.revisions, retraction = false, reported)
     plan.emission.accumulation match {
       case Emission.Accumulating => ()
@@ -422,6 +460,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     }
     window.revisions += 1
     window.dirty = false
+    if (pane == Pane.OnTime) window.onTimeFired = true
+    window.lastPaneMs = nowMs
   }
 
   /**
@@ -484,11 +524,9 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     val windows = batch.windows.values.toSeq.sortBy(_.start)
     val out = mutable.ArrayBuffer.empty[Row]
     windows.foreach { w =>
-      val pane = plan.windows match {
-        case _: AlignedWindows => Firing.pane(plan.emission, due = true, firedOnTime(batch, w), w.dirty)
-        case _: SessionWindows => if (w.revisions == 0) Some(Pane.OnTime) else if (w.dirty) Some(Pane.Late) else None
-      }
-      pane.foreach(fire(keyValues, w, _, reported, out))
+      Firing.pane(plan.emission, due = true, w.onTimeFired, w.dirty).foreach(fire(keyValues, w, _, reported,
+          batch.nowMs,
+          out))
     }
     windows.foreach(w => batch.update.watermark.raise(w.end + plan.allowedLatenessMicros))
     out.toSeq

@@ -11,7 +11,16 @@ final case class Emission(when: Emission.When, accumulation: Emission.Accumulati
   /** Whether output rows carry pane columns (`kw_pane`, `kw_pane_index`): not for `final`. */
   def withPaneColumns: Boolean = when match {
     case Final => false
-    case EveryBatch => true
+    case EveryBatch | _: EveryInterval => true
+  }
+
+  /**
+   * The processing time (ms) that must pass between a window's panes before it fires an early
+   * (or, for a session that grew past the watermark, a late) pane: 0 unless `every <duration>`.
+   */
+  val earlyPaneIntervalMs: Long = when match {
+    case EveryInterval(interval) => interval.millis
+    case Final | EveryBatch => 0L
   }
 
   /** Whether a window fires before its key's watermark passes its end. */
@@ -21,16 +30,22 @@ final case class Emission(when: Emission.When, accumulation: Emission.Accumulati
 
   def discarding: Boolean = accumulation == Discarding
 
-  /** Checks the combination against the windows, before any query starts. */
+  /**
+   * Checks the combination against the windows, before any query starts. Every combination is
+   * defined for every kind of window (sessions: docs/semantics.md, "Early panes of sessions").
+   */
   def validate(windows: WindowSpec): Unit = {
+    val name = when.name
     when match {
       case Final =>
         if (accumulation != Accumulating) OptionError(
           s"accumulation: '${accumulation.name}' needs repeated panes: emit='every_batch' (with emit='final' a " +
             "window fires once, plus revisions within allowed_lateness, each the whole window)")
-      case EveryBatch => windows match {
+      case EveryBatch => ()
+      case EveryInterval(_) => windows match {
           case _: Sessions => OptionError(
-              "emit: 'every_batch' is not supported for session windows yet; use emit='final' (the default)")
+              s"emit: '$name' is not supported for session windows yet (a merge would have to hold the " +
+                "retractions of the sessions it replaces until its pane fires); use emit='every_batch'")
           case _: Tumbling | _: Sliding => ()
         }
     }
@@ -43,6 +58,11 @@ object Emission {
   case object Final extends When("final")
   /** Also an early pane at the end of every micro-batch in which the window changed. */
   case object EveryBatch extends When("every_batch")
+  /**
+   * Early panes at most once per `interval` of processing time (the micro-batch's timestamp)
+   * per window: a change waits for a later batch of its key (or the on-time pane).
+   */
+  final case class EveryInterval(interval: DurationOption) extends When(s"every ${interval.text}")
 
   sealed abstract class Accumulation(val name: String)
   /** Each pane is the whole window so far. */
@@ -57,11 +77,13 @@ object Emission {
   private val Whens = Seq(Final, EveryBatch)
   private val Accumulations = Seq(Accumulating, Discarding, Retracting)
 
-  def when(text: String): When = Whens.find(_.name == text).getOrElse(OptionError(
-      s"emit: expected ${Whens.map(w => s"'${w.name}'").mkString(" or ")}, got '$text'" +
-        (if (text.trim.startsWith("every "))
-           " (emitting at most every interval of processing time is not supported yet)"
-         else "")))
+  def when(text: String): When = Whens.find(_.name == text).getOrElse {
+    val every = text.trim
+    if (every.startsWith("every ")) EveryInterval(DurationOption.positive("emit", every.stripPrefix("every ").trim))
+    else OptionError(
+      s"emit: expected ${Whens.map(w => s"'${w.name}'").mkString(", ")} or 'every <duration>' (e.g. " +
+        s"'every 10 seconds'), got '$text'")
+  }
 
   def accumulation(text: String): Accumulation = Accumulations.find(_.name == text).getOrElse(OptionError(
       s"accumulation: expected ${Accumulations.map(a => s"'${a.name}'").mkString(", ")}, got '$text'"))

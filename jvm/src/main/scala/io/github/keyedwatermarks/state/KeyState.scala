@@ -34,7 +34,9 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
     policy: WatermarkPolicy,
     windows: WindowAssigner,
     previousPaneSchema: Option[StructType] = None,
-    dedup: Boolean = false) {
+    dedup: Boolean = false,
+    onTimeFlag: Boolean = false,
+    paneTimes: Boolean = false) {
   import KeyState._
 
   private val keyState: ValueState[Row] =
@@ -58,7 +60,7 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
   val dedupEntries: Option[DedupEntries] = if (dedup) Some(new DedupEntries(handle)) else None
 
   /** The codec of one open window's row. */
-  val windowRows = new OpenWindowRows(bufferSchema, previousPaneSchema)
+  val windowRows = new OpenWindowRows(bufferSchema, previousPaneSchema, onTimeFlag, paneTimes)
 
   // Stamped with this release; state of a newer release is refused naming both (StateRelease).
   private val codec = new UnsafeRowBytes.RowsCodec(windowRows.schema, describe(windows),

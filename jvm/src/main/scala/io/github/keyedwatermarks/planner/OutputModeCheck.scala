@@ -1,0 +1,32 @@
+package io.github.keyedwatermarks.planner
+
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.catalyst.streaming.WriteToStreamStatement
+import org.apache.spark.sql.streaming.OutputMode
+
+/**
+ * Refuses `outputMode("complete")` for a query with a keyed stage, naming the option, when the
+ * query starts (before any micro-batch): the keyed result is no streaming aggregation Spark
+ * could re-emit whole, and Spark's own refusal says only that complete mode needs one.
+ *
+ * A rule of the analyzer's hint batch (installed by `KeyedWatermarksExtensions`) because that
+ * batch runs before the resolution batch, whose `ResolveWriteToStream` applies Spark's check
+ * to the same `WriteToStreamStatement`; a check rule would run after it. It only looks at the
+ * root of each plan and never changes it.
+ */
+private[keyedwatermarks] object OutputModeCheck extends Rule[LogicalPlan] {
+  override def apply(plan: LogicalPlan): LogicalPlan = {
+    plan match {
+      case w: WriteToStreamStatement
+          if w.outputMode == OutputMode.Complete() && w.inputQuery.exists(KeyedStages.isKeyedStage) =>
+        throw new IllegalArgumentException(
+          "outputMode: 'complete' is not supported for a keyed query (keyed_watermark(...).agg(...)): its " +
+            "result is no streaming aggregation Spark could re-emit whole in every micro-batch. Use " +
+            "outputMode('append') (the default) or outputMode('update'); for results before a window closes, " +
+            "emit='every_batch' (docs/semantics.md, \"Panes and accumulation\")")
+      case _ => ()
+    }
+    plan
+  }
+}
