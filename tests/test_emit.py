@@ -182,3 +182,32 @@ def test_rollup_refuses_a_stage_that_emits_panes(spark, tmp_path):
              .window("10 seconds", emit="every_batch").agg(F.count("*").alias("n")))
     with pytest.raises(TypeError, match="once per pane"):
         kw.rollup(panes, key="device", source="device")
+
+
+def test_spaced_early_panes_run_end_to_end(spark, tmp_path):
+    """emit='every 1 hour' through a real query (its option is serialised with every task): each
+    window gets at most one early pane (no batch comes an hour after another here), and its last
+    pane is the on-time one, equal to emit='final''s result."""
+    def replay(name):
+        r = Replay(spark, tmp_path / name, schema=SCHEMA)
+        r.add_all([[(k, ts(t), v) for k, t, v in b] for b in BATCHES])
+        return r.stream()
+
+    def query(name, **emit):
+        return (kw.keyed_watermark(replay(name), key="device", event_time="ts", lateness="5 seconds")
+                .window("10 seconds", **emit).agg(F.sort_array(F.collect_list("temp")).alias("temps")))
+
+    spaced = run_update(query("spaced", emit="every 1 hour"), tmp_path / "spaced")
+    final = run_update(query("final"), tmp_path / "final")
+    panes = defaultdict(list)
+    for batch_id in sorted(spaced):
+        for r in spaced[batch_id]:
+            panes[(r.device, r.window.start)].append(r)
+    finals = {(r.device, r.window.start): tuple(r.temps) for rows in final.values() for r in rows}
+    assert finals and set(finals) <= set(panes)
+    for k, ps in panes.items():
+        assert [p.kw_pane_index for p in ps] == list(range(len(ps))), k
+        assert sum(p.kw_pane == "early" for p in ps) <= 1, k
+        if k in finals:
+            assert ps[-1].kw_pane == "on_time" and tuple(ps[-1].temps) == finals[k], k
+    assert any(p.kw_pane == "early" for ps in panes.values() for p in ps)

@@ -53,7 +53,7 @@ final case class Emission(when: Emission.When, accumulation: Emission.Accumulati
 }
 
 object Emission {
-  sealed abstract class When(val name: String)
+  sealed abstract class When(val name: String) extends Serializable
   /** One firing when the key's watermark passes the window's end, plus late revisions: today's rule. */
   case object Final extends When("final")
   /** Also an early pane at the end of every micro-batch in which the window changed. */
@@ -64,7 +64,7 @@ object Emission {
    */
   final case class EveryInterval(interval: DurationOption) extends When(s"every ${interval.text}")
 
-  sealed abstract class Accumulation(val name: String)
+  sealed abstract class Accumulation(val name: String) extends Serializable
   /** Each pane is the whole window so far. */
   case object Accumulating extends Accumulation("accumulating")
   /** Each pane holds only the rows since the window's previous pane. */
