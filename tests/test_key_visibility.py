@@ -143,6 +143,33 @@ def test_watermark_lag_without_a_global_watermark(spark, workdir):
     assert checked >= 2, "the stream must have batches whose keys' watermarks differ"
 
 
+PER_KEY_METRICS = {"keys_in_batch", "keys_with_data", "keys_new", "keys_released", "open_windows",
+                   "duplicate_rows", "watermark_lag_min_s", "watermark_lag_p50_s", "watermark_lag_p95_s",
+                   "watermark_lag_max_s", "stuck_keys"}
+
+
+def test_metrics_counts_keeps_the_counts_and_the_windows(spark, workdir):
+    """metrics="counts": the same windows and the same output counts per micro-batch as the
+    default, without the per-key metrics (the operator emits no per-key rows for them)."""
+    def run_with(name, **options):
+        out = keyed(spark, workdir / name, max_skew=f"{SKEW_S} seconds", **options).agg(F.count("*").alias("n"))
+        query = run_to_end(out, workdir / name / "out", workdir / name / "checkpoint")
+        windows = sorted((r.device, r.window.start, r.n) for r in spark.read.parquet(str(workdir / name / "out")).collect())
+        return windows, [kw.metrics(p) for p in query.recentProgress]
+
+    full_windows, full = run_with("keys")
+    counts_windows, counts = run_with("counts", metrics="counts")
+    assert counts_windows == full_windows and full_windows
+    assert len(counts) == len(full)
+    for got, want in zip(counts, full):
+        assert PER_KEY_METRICS <= set(want) and not PER_KEY_METRICS & set(got), got
+        assert got == {k: v for k, v in want.items() if k not in PER_KEY_METRICS}
+    assert sum(m["late_rows"] for m in counts) > 0, "the stream has late rows"
+
+    with pytest.raises(Exception, match="metrics: expected 'keys' or 'counts', got 'all'"):
+        keyed(spark, workdir / "bad", metrics="all")
+
+
 def _keys_in_state(model):
     """Keys in state after each micro-batch, from the model's new and released keys."""
     keys, out = set(), []

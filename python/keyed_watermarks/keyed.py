@@ -313,6 +313,7 @@ def keyed_watermark(
     stuck_after: Optional[Duration] = None,
     name: Optional[str] = None,
     dedup: Union[str, Sequence[str], None] = None,
+    metrics: Optional[str] = None,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
@@ -356,6 +357,10 @@ def keyed_watermark(
         id) its key already had within the key's horizon is dropped before aggregation and
         counted as ``duplicate_rows`` in :func:`metrics` (see docs/semantics.md,
         "Deduplication"). Key columns may not be listed (deduplication is per key already).
+    :param metrics: what :func:`metrics` reports per micro-batch: ``"keys"`` (default) the
+        output counts plus the per-key metrics (keys in the batch, new and released keys,
+        watermark lag quantiles, stuck keys); ``"counts"`` only the counts (windows emitted,
+        late rows, held watermarks), which costs less per micro-batch.
 
     Bad input (unknown column, non-timestamp event time, bad or negative duration, options
     that cannot be combined) raises before any query starts.
@@ -423,6 +428,7 @@ def keyed_watermark(
             "stuck_after": _duration("stuck_after", stuck_after),
             "name": name,
             "dedup": None if dedup is None else _names("dedup", dedup),
+            "metrics": metrics,
         }
     )
     return KeyedWatermark._from_options(events, options, columns)

@@ -101,6 +101,18 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
     copy(spec.copy(stuckAfterMicros = DurationOption.nonNegative("stuck_after", stuckAfter).micros))
 
   /**
+   * What the per-batch metrics hold: "keys" (default) the output counts plus the per-key
+   * metrics (keys in the batch, new and released keys, watermark lag quantiles, stuck keys);
+   * "counts" only the counts (windows emitted, late rows, held watermarks), which costs less
+   * per micro-batch.
+   */
+  def withMetrics(metrics: String): KeyedWatermark = copy(spec.copy(keyMetrics = metrics match {
+    case "keys" => true
+    case "counts" => false
+    case other => OptionError(s"metrics: expected 'keys' or 'counts', got '$other'")
+  }))
+
+  /**
    * The stage's name, for a query with several keyed stages: its observed metrics are
    * `keyed_watermarks_input.<name>` and `keyed_watermarks_output.<name>` (default: the plain
    * names for the query's first keyed stage, the key columns joined with "_" for a later one).

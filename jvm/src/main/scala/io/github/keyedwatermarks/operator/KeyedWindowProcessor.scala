@@ -35,7 +35,9 @@ private[keyedwatermarks] final case class OperatorPlan(
     /** Per-key deduplication (option `dedup`): partials carry their row's dedup values. */
     dedup: Boolean = false,
     /** The key columns' names in the query (those of `keySchema` are positional). */
-    keyNames: Seq[String] = Nil)
+    keyNames: Seq[String] = Nil,
+    /** Option metrics="keys": a "key" row per key handled, for the per-key metrics. */
+    keyMetrics: Boolean = true)
 
 /**
  * The keyed-watermark windowed aggregation, run by `transformWithState` (never with Spark
@@ -322,7 +324,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
         Iterator.single(plan.emitter.heldWatermark(keyValues, update.record.regressions, update.atStart))
       else Iterator.empty
     scheduleProcessingTimer(batch, timerValues)
-    emitted.iterator ++ lateOut ++ held ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = true, timerValues))
+    emitted.iterator ++ lateOut ++ held ++ keyRow(keyValues, batch, hadRows = true, timerValues)
   }
 
   /**
@@ -352,6 +354,11 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       case _: AlignedWindows => closeWindows(keyValues, batch, watermarkNow, watermarkAtStart)
       case _: SessionWindows => closeSessions(keyValues, batch, watermarkNow, watermarkAtStart)
     }
+
+  /** The key's "key" row for the per-key metrics, when they are on (option metrics). */
+  private def keyRow(
+      keyValues: InternalRow, batch: KeyBatch, hadRows: Boolean, timerValues: TimerValues): Iterator[Row] =
+    if (plan.keyMetrics) Iterator.single(keyMetrics(keyValues, batch, hadRows, timerValues)) else Iterator.empty
 
   /** The key's "key" row for the per-batch metrics (see WindowEmitter.KeyMetricsColumn). */
   private def keyMetrics(keyValues: InternalRow, batch: KeyBatch, hadRows: Boolean, timerValues: TimerValues): Row = {
@@ -499,12 +506,12 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
         batch.store(0L)
         scheduleProcessingTimer(batch, timerValues)
       }
-      return out.iterator ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
+      return out.iterator ++ keyRow(keyValues, batch, hadRows = false, timerValues)
     }
     if (batch.windows.isEmpty && !policy.floors.forall(_.appliesAtStart)) {
       // closing='fleet': a key kept without windows until the skew bound reached it leaves now.
       batch.store(0L)
-      return Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
+      return keyRow(keyValues, batch, hadRows = false, timerValues)
     }
     val watermarkAtStart = update.atStart
     val watermarkNow = update.finish()
@@ -512,7 +519,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     if (idle && batch.windows.isEmpty && record.quietSinceMs == HeldWatermark.NoArrival) record.quietSinceMs = now
     batch.store(0L)
     scheduleProcessingTimer(batch, timerValues)
-    out.iterator ++ Iterator.single(keyMetrics(keyValues, batch, hadRows = false, timerValues))
+    out.iterator ++ keyRow(keyValues, batch, hadRows = false, timerValues)
   }
 
   /**

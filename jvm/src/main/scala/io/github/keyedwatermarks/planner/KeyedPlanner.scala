@@ -40,7 +40,7 @@ private[keyedwatermarks] object KeyedPlanner {
     val all = observed(
       p.projected.invalidRows.fold(out)(invalid =>
         out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))),
-      spec.watermark.stuckAfterMicros, KeyedStages.metricsName(OutputMetrics, p.stage))
+      spec.watermark.stuckAfterMicros, KeyedStages.metricsName(OutputMetrics, p.stage), spec.watermark.keyMetrics)
     if (spec.aggregation.withReport) all else p.operatorPlan.emitter.windowsOnly(all)
   }
 
@@ -87,7 +87,8 @@ private[keyedwatermarks] object KeyedPlanner {
       aggregation = aggregation,
       emitter = emitter,
       emission = spec.emission,
-      keyNames = input.keys)
+      keyNames = input.keys,
+      keyMetrics = spec.watermark.keyMetrics)
     val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
     val valid = InvalidRows.observe(partials.frame, PartialColumns.WindowStart, PartialColumns.Rows,
       withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows),
@@ -242,12 +243,13 @@ private[keyedwatermarks] object KeyedPlanner {
    * with the per-key metrics (keys in state, released, watermark lag) from the operator's "key"
    * rows, which only feed the metrics and are dropped here.
    */
-  def observed(all: DataFrame, stuckAfterMicros: Long, name: String = OutputMetrics): DataFrame = {
+  def observed(
+      all: DataFrame, stuckAfterMicros: Long, name: String = OutputMetrics, keyMetrics: Boolean = true): DataFrame = {
     val metrics = Seq(
       F.coalesce(F.sum(all.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
       F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Watermark, 1)).as(
         "keys_with_held_watermark")) ++
-      KeyMetrics.columns(all, stuckAfterMicros)
+      (if (keyMetrics) KeyMetrics.columns(all, stuckAfterMicros) else Nil)
     val withMetrics = all.observe(name,
       F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Window, 1)).as("windows_emitted"),
       metrics: _*)

@@ -22,7 +22,7 @@ object QueryOptions {
 
   private val WatermarkOptions = Set("key", "event_time", "lateness", "idle_timeout", "key_lateness",
     "adaptive_lateness", "clock", "advance_when_idle", "max_skew", "closing", "sources", "source_idle_timeout",
-    "max_ahead", "stuck_after", "name", "dedup")
+    "max_ahead", "stuck_after", "name", "dedup", "metrics")
   private val QueryLevel = WatermarkOptions ++ Set("window", "session", "report", "keep_late_rows")
   private val ColumnOptions = Set("key_lateness", "source", "gap")
 
@@ -98,7 +98,12 @@ object QueryOptions {
         .getOrElse(WatermarkSpec.DefaultStuckAfterMicros),
       stageName = o.string("name"),
       fleetClosing = closing == "fleet",
-      dedup = o.strings("dedup").getOrElse(Nil))
+      dedup = o.strings("dedup").getOrElse(Nil),
+      keyMetrics = o.string("metrics").getOrElse("keys") match {
+        case "keys" => true
+        case "counts" => false
+        case other => o.fail(s"metrics: expected 'keys' or 'counts', got '$other'")
+      })
   }
 
   private def windows(o: Options): WindowSpec = (o.node("window"), o.node("session")) match {

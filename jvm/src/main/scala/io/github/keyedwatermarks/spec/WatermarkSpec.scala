@@ -31,7 +31,14 @@ final case class WatermarkSpec(
      * for the key, within the key's horizon, is dropped and counted (docs/semantics.md,
      * "Deduplication"). Empty: off.
      */
-    dedup: Seq[String] = Nil) {
+    dedup: Seq[String] = Nil,
+    /**
+     * Option `metrics`: "keys" (default) adds the per-key metrics (keys in the batch, new,
+     * released, watermark lag quantiles, stuck keys) to the per-batch output counts; "counts"
+     * keeps only the counts (windows emitted, late rows, held watermarks), so the operator
+     * emits no per-key metrics row and the output observation has 3 aggregates instead of 14.
+     */
+    keyMetrics: Boolean = true) {
 
   /** The options that follow the wall clock (processing-time timers). */
   private[keyedwatermarks] def followsWallClock: Boolean =
