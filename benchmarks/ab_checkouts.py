@@ -91,7 +91,18 @@ def child(args: argparse.Namespace) -> None:
     def aggs():
         return [F.count("*").alias("n"), F.avg("temp").alias("avg_temp")]
 
+    # In-process variants (--variant): a method run with its own kw.keyed_watermark options
+    # and/or session confs, timed round-robin with the others in the same JVM, so a lever's
+    # A/B does not carry the spread between processes (JIT, heap layout) of a checkout A/B.
+    variants = {v["name"]: v for v in map(json.loads, args.variant)}
+
     def query(method: str, ev):
+        if method in variants:
+            v = variants[method]
+            return query_with(v["method"], ev, {**options, **v.get("options", {})})
+        return query_with(method, ev, options)
+
+    def query_with(method: str, ev, options):
         if method == "native":
             return ev.withWatermark("ts", "10 seconds").groupBy(
                 "device", F.window("ts", "60 seconds")).agg(*aggs())
@@ -103,6 +114,20 @@ def child(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="ab-ckpt-"))
 
     def run(method: str):
+        confs = variants.get(method, {}).get("conf", {})
+        saved = {k: spark.conf.get(k, None) for k in confs}
+        for k, v in confs.items():
+            spark.conf.set(k, v)
+        try:
+            return run_query(method)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    spark.conf.unset(k)
+                else:
+                    spark.conf.set(k, v)
+
+    def run_query(method: str):
         ev = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
               .parquet(args.data))
         ckpt = work / f"{method}-{time.monotonic_ns()}"
@@ -116,12 +141,21 @@ def child(args: argparse.Namespace) -> None:
         if q.exception() is not None:
             raise RuntimeError(f"{method}: {q.exception()}")
         rows = sum(p["numInputRows"] for p in q.recentProgress)
+        # numRowsTotal of the last batch's state operators: 0 under trackTotalNumberOfRows=false,
+        # which shows that a variant's session confs reached the query.
+        ops = [p["stateOperators"] for p in q.recentProgress if p.get("stateOperators")]
+        state_rows = sum(o.get("numRowsTotal", 0) for o in ops[-1]) if ops else None
+        # Time in micro-batches without input (Spark's trailing no-data batch, run when its
+        # global watermark moved: native's, and ours with a skew bound's event-time timers).
+        no_data_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in q.recentProgress
+                         if p["numInputRows"] == 0)
         shutil.rmtree(ckpt, ignore_errors=True)
-        return wall, cpu, rows
+        return wall, cpu, rows, state_rows, len(q.recentProgress), no_data_ms
 
     methods = args.methods.split(",")
-    for m in methods:
-        run(m)  # warm-up
+    for _ in range(args.warmups):
+        for m in methods:
+            run(m)  # warm-up
     recording = None
     if args.jfr:
         # The timed runs only (not the warm-up): where each checkout's CPU goes, for
@@ -131,8 +165,12 @@ def child(args: argparse.Namespace) -> None:
         tag = "".join(c if c.isalnum() or c in "-_" else "_" for c in args.label)
         recording = start_recording(spark, Path(args.jfr), tag, "+".join(methods))
     timed = {m: [] for m in methods}
-    for _ in range(args.runs):
-        for m in methods:
+    # The order rotates from round to round, so that with --runs a multiple of the number of
+    # methods each one runs equally often in each place: a run right after another method's
+    # (native's) runs slower than one after its own kind (seen in session 16: a fixed order
+    # favoured every variant that ran after a keyed run).
+    for r in range(args.runs):
+        for m in methods[r % len(methods):] + methods[:r % len(methods)]:
             timed[m].append(run(m))
     if recording is not None:
         from harness.profiling import stop_recording
@@ -144,10 +182,18 @@ def child(args: argparse.Namespace) -> None:
     for m in methods:
         out[m] = {"wall": [round(r[0], 3) for r in timed[m]],
                   "cpu": [round(r[1], 2) for r in timed[m]],
-                  "rows": timed[m][0][2]}
+                  "rows": timed[m][0][2], "state_rows": timed[m][0][3],
+                  "batches": timed[m][0][4],
+                  "no_data_ms": [r[5] for r in timed[m]]}
+    med = {m: statistics.median(r[0] for r in timed[m]) for m in methods}
     if "native" in timed and "keyed" in timed:
-        med = {m: statistics.median(r[0] for r in timed[m]) for m in methods}
         out["keyed_vs_native"] = round(med["native"] / med["keyed"], 3)
+    # Each variant against its base method, in throughput (base median / variant median).
+    for name, v in variants.items():
+        if name in med and v["method"] in med:
+            out[f"{name}_vs_{v['method']}"] = round(med[v["method"]] / med[name], 3)
+    if args.variant:
+        out["variants"] = list(variants.values())
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     print("AB-RESULT " + json.dumps(out), flush=True)
@@ -158,9 +204,28 @@ def summary(r: dict, methods) -> str:
     for m in methods:
         parts.append(f"{m} {statistics.median(r[m]['wall']):.2f} s (cpu "
                      f"{statistics.median(r[m]['cpu']):.1f} s)")
-    if "keyed_vs_native" in r:
-        parts.append(f"keyed/native {r['keyed_vs_native']:.2f}x")
+    for k, v in r.items():
+        if k.endswith("_vs_native") or k.endswith("_vs_keyed"):
+            parts.append(f"{k} {v:.3f}x")
     return "  ".join(parts)
+
+
+def summarize(path: str) -> str:
+    """A markdown table of a results file: per checkout (or variant), the median over its
+    processes of each process's ratios, with every process's value; and, for runs in rotated
+    order, each method's median wall time by its place in the round."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    by_checkout: dict = {}
+    for r in rows:
+        by_checkout.setdefault(r["checkout"].rsplit("#", 1)[0], []).append(r)
+    out = ["| checkout | processes | ratio | median | per process |", "|---|---:|---|---:|---|"]
+    for name, rs in by_checkout.items():
+        keys = sorted({k for r in rs for k in r if "_vs_" in k})
+        for k in keys:
+            vals = [r[k] for r in rs if k in r]
+            out.append(f"| {name} | {len(vals)} | {k} | {statistics.median(vals):.3f}x | "
+                       + ", ".join(f"{v:.2f}" for v in vals) + " |")
+    return "\n".join(out)
 
 
 def main(argv) -> int:
@@ -179,13 +244,23 @@ def main(argv) -> int:
     p.add_argument("--keyed-options", default=None, metavar="JSON",
                    help="keyword arguments of kw.keyed_watermark (same for every checkout)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--variant", action="append", default=[], metavar="JSON",
+                   help='an in-process variant, timed in the same JVM as the methods: '
+                        '{"name": N, "method": "native"|"keyed", "options": {kw.keyed_watermark '
+                        'kwargs}, "conf": {session confs set for its runs}}; add N to --methods')
+    p.add_argument("--warmups", type=int, default=1, help="warm-up rounds over the methods")
     p.add_argument("--jfr", default=None, metavar="DIR",
                    help="record the timed runs of each process with Java Flight Recorder into "
                         "DIR/<checkout>_<pair>__<methods>.jfr (summarise with jfr_summary.py)")
     p.add_argument("--label", default=None, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="append the JSON results to this file")
+    p.add_argument("--summary", default=None, metavar="FILE",
+                   help="print the ratios of a results file (--out) as a markdown table and exit")
     args = p.parse_args(argv)
+    if args.summary:
+        print(summarize(args.summary))
+        return 0
     if args.child:
         child(args)
         return 0
@@ -206,7 +281,10 @@ def main(argv) -> int:
                 label = f"{name}#{pair + 1}"
                 env = dict(os.environ, PYTHONPATH=str(Path(co).resolve() / "python"))
                 cmd = [sys.executable, __file__, "--child", "--label", label, "--data", args.data,
-                       "--runs", str(args.runs), "--methods", args.methods]
+                       "--runs", str(args.runs), "--methods", args.methods,
+                       "--warmups", str(args.warmups)]
+                for v in args.variant:
+                    cmd += ["--variant", v]
                 options = variant or args.keyed_options
                 if options:
                     cmd += ["--keyed-options", options]
