@@ -217,7 +217,10 @@ def summarize(path: str) -> str:
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     by_checkout: dict = {}
     for r in rows:
-        by_checkout.setdefault(r["checkout"].rsplit("#", 1)[0], []).append(r)
+        name = r["checkout"].rsplit("#", 1)[0]
+        if "sitting" in r:
+            name += f" (sitting {r['sitting']}, {r.get('order', 'fixed')} order)"
+        by_checkout.setdefault(name, []).append(r)
     out = ["| checkout | processes | ratio | median | per process |", "|---|---:|---|---:|---|"]
     for name, rs in by_checkout.items():
         keys = sorted({k for r in rs for k in r if "_vs_" in k})
