@@ -106,11 +106,7 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
    * "counts" only the counts (windows emitted, late rows, held watermarks), which costs less
    * per micro-batch.
    */
-  def withMetrics(metrics: String): KeyedWatermark = copy(spec.copy(keyMetrics = metrics match {
-    case "keys" => true
-    case "counts" => false
-    case other => OptionError(s"metrics: expected 'keys' or 'counts', got '$other'")
-  }))
+  def withMetrics(metrics: String): KeyedWatermark = copy(spec.copy(keyMetrics = WatermarkSpec.keyMetrics(metrics)))
 
   /**
    * The stage's name, for a query with several keyed stages: its observed metrics are

@@ -99,11 +99,7 @@ object QueryOptions {
       stageName = o.string("name"),
       fleetClosing = closing == "fleet",
       dedup = o.strings("dedup").getOrElse(Nil),
-      keyMetrics = o.string("metrics").getOrElse("keys") match {
-        case "keys" => true
-        case "counts" => false
-        case other => o.fail(s"metrics: expected 'keys' or 'counts', got '$other'")
-      })
+      keyMetrics = o.string("metrics").forall(WatermarkSpec.keyMetrics))
   }
 
   private def windows(o: Options): WindowSpec = (o.node("window"), o.node("session")) match {

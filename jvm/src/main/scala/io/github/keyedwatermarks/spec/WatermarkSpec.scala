@@ -92,6 +92,13 @@ object WatermarkSpec {
   def maxAhead(text: String): Option[Long] =
     if (text != null && text.trim.equalsIgnoreCase("unbounded")) None
     else Some(DurationOption.nonNegative("max_ahead", text).micros)
+
+  /** metrics: "keys" (the per-key metrics too, the default) or "counts" (only the counts). */
+  def keyMetrics(text: String): Boolean = text match {
+    case "keys" => true
+    case "counts" => false
+    case other => OptionError(s"metrics: expected 'keys' or 'counts', got '$other'")
+  }
 }
 
 /** Where each key's lateness comes from: one choice, so two ways cannot be combined. */
