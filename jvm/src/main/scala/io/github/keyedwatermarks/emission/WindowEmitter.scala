@@ -26,7 +26,7 @@ import io.github.keyedwatermarks.watermark.HeldWatermark
  *  - `kw_regressions`: on a "watermark" row (one per key and batch in which the watermark
  *    policy proposed a value below the held watermark): the key's attempted regressions so far;
  *  - when late rows are kept: `kw_late_row` (the original row, as a struct) and `kw_reason`;
- *  - internal: `kw_key_metrics` on one "key" row per key handled, for the per-batch metrics
+ *  - internal: `kw_key_metrics` on one "key" row per task, the per-key metrics' tally
  *    (observed, then dropped with those rows: see [[WindowEmitter.KeyMetricsColumn]]).
  * The public `agg()` keeps only the window rows and drops the report columns.
  *
@@ -77,7 +77,7 @@ private[keyedwatermarks] final class WindowEmitter(
       .add(RegressionsColumn, LongType, nullable = true)
     lateRowSchema.fold(base)(s =>
       base.add(LateRowColumn, s, nullable = true).add(ReasonColumn, StringType, nullable = true))
-      .add(KeyMetricsColumn, KeyMetricsType, nullable = true)
+      .add(KeyMetricsColumn, BinaryType, nullable = true)
   }
 
   /** The window rows of the output, with the result columns only, as groupBy().agg() types them. */
@@ -140,16 +140,14 @@ private[keyedwatermarks] final class WindowEmitter(
   }
 
   /**
-   * The key's state after a micro-batch (or timer) that handled it, for the per-batch metrics
-   * (internal: observed, then dropped; see [[KeyMetricsColumn]]).
+   * A task's [[KeyTally]] as one "key" row (its bytes), for the per-batch metrics (internal:
+   * observed, then dropped; see [[KeyMetricsColumn]]).
    */
-  def keyMetrics(key: InternalRow, flags: Int, openWindows: Int, watermark: Long, lag: Long,
-      duplicates: Long = 0L): Row = {
-    val values = keyed(key, KeyKind, HeldWatermark.Undefined)
-    values(outputSchema.length - 1) =
-      InternalRow(flags, openWindows, if (watermark == HeldWatermark.Undefined) null else watermark,
-        if (lag == HeldWatermark.Undefined) null else lag, duplicates)
-    out(new GenericInternalRow(values))
+  def keyTally(tally: Array[Byte]): Array[Byte] = {
+    val values = new Array[Any](outputSchema.length)
+    values(resultSchema.length) = KeyKind
+    values(outputSchema.length - 1) = tally
+    UnsafeRowBytes.bytes(project(new GenericInternalRow(values)))
   }
 
   /** One kept late row: its original columns, the key's watermark and why it is late. */
@@ -199,20 +197,13 @@ private[keyedwatermarks] object WindowEmitter {
   val ReportColumns: Seq[String] = Contract.Report.Columns
 
   /**
-   * Internal, never in a result: on a "key" row (one per key the micro-batch handled, with rows
-   * or by a timer) the key's state after it, which the per-batch metrics observe: `flags` (1:
-   * had rows, 2: had no state before, 4: left state), `open_windows`, `watermark` (us) and
-   * `lag` (Spark's global watermark minus the key's, us; null without a global watermark).
+   * Internal, never in a result: on a "key" row (one per task of the operator, after its other
+   * rows: see KeyTallyRelay) the task's [[KeyTally]] of the keys it handled, with rows or by a
+   * timer, which the per-batch metrics merge.
    */
   val KeyMetricsColumn = "kw_key_metrics"
   val KeyKindValue = "key"
-  val KeyMetricsType: StructType = new StructType()
-    .add("flags", IntegerType, nullable = false)
-    .add("open_windows", IntegerType, nullable = false)
-    .add("watermark", LongType, nullable = true)
-    .add("lag", LongType, nullable = true)
-    // Rows dropped as copies (dedup) in the call.
-    .add("duplicates", LongType, nullable = false)
+  // Flags of a key handled, for KeyTally.add.
   val HadRows = 1
   val WasNew = 2
   val Released = 4

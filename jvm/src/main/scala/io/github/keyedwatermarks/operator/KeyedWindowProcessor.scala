@@ -11,7 +11,7 @@ import org.apache.spark.sql.types.StructType
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, UnsafeRowBytes}
 import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 import io.github.keyedwatermarks.partials.PartialLayout
-import io.github.keyedwatermarks.emission.{Firing, Pane, WindowEmitter}
+import io.github.keyedwatermarks.emission.{Firing, KeyTally, Pane, WindowEmitter}
 import io.github.keyedwatermarks.spec.Emission
 import io.github.keyedwatermarks.state.{KeyState, OpenWindowRows, StageRecord, StoredKey}
 import io.github.keyedwatermarks.watermark.{
@@ -36,8 +36,10 @@ private[keyedwatermarks] final case class OperatorPlan(
     dedup: Boolean = false,
     /** The key columns' names in the query (those of `keySchema` are positional). */
     keyNames: Seq[String] = Nil,
-    /** Option metrics="keys": a "key" row per key handled, for the per-key metrics. */
-    keyMetrics: Boolean = true)
+    /** Option metrics="keys": every key handled is added to its task's tally (emission.KeyTally). */
+    keyMetrics: Boolean = true,
+    /** Names this operator's tallies in its tasks (emission.KeyTallyRelay takes them). */
+    tallyId: String = "")
 
 /**
  * The keyed-watermark windowed aggregation, run by `transformWithState` (never with Spark
@@ -54,6 +56,8 @@ private[keyedwatermarks] final case class OperatorPlan(
 private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) extends StatefulProcessor[Row, Row, Row] {
 
   @transient private var state: KeyState = _
+  // The per-key metrics of this task's keys (null with metrics="counts").
+  @transient private var tally: KeyTally = _
   @transient private lazy val keys = new RowConverter(plan.keySchema)
   private val layout = PartialLayout(plan.payloadSchema)
   private val payloadFields = plan.payloadSchema.length
@@ -110,6 +114,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
     state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows, previousPaneSchema, plan.dedup,
       onTimeFlag = sessionsWithEarlyPanes, paneTimes = spacedPanes)
+    tally = if (plan.keyMetrics) KeyTally.openForTask(plan.tallyId) else null
   }
 
   private def previousPaneSchema = if (plan.emission.retracting) Some(plan.emitter.aggregateSchema) else None
@@ -324,7 +329,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
         Iterator.single(plan.emitter.heldWatermark(keyValues, update.record.regressions, update.atStart))
       else Iterator.empty
     scheduleProcessingTimer(batch, timerValues)
-    emitted.iterator ++ lateOut ++ held ++ keyRow(keyValues, batch, hadRows = true, timerValues)
+    tallyKey(batch, hadRows = true, timerValues)
+    emitted.iterator ++ lateOut ++ held
   }
 
   /**
@@ -355,13 +361,18 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       case _: SessionWindows => closeSessions(keyValues, batch, watermarkNow, watermarkAtStart)
     }
 
-  /** The key's "key" row for the per-key metrics, when they are on (option metrics). */
-  private def keyRow(
-      keyValues: InternalRow, batch: KeyBatch, hadRows: Boolean, timerValues: TimerValues): Iterator[Row] =
-    if (plan.keyMetrics) Iterator.single(keyMetrics(keyValues, batch, hadRows, timerValues)) else Iterator.empty
+  /**
+   * The per-key metrics tallied since the last call, replaced by a new tally (null with
+   * metrics="counts"): for a driver of the processor outside a query (the in-memory tests).
+   */
+  private[keyedwatermarks] def takeTally(): KeyTally = {
+    val taken = tally
+    if (tally != null) tally = new KeyTally
+    taken
+  }
 
-  /** The key's "key" row for the per-batch metrics (see WindowEmitter.KeyMetricsColumn). */
-  private def keyMetrics(keyValues: InternalRow, batch: KeyBatch, hadRows: Boolean, timerValues: TimerValues): Row = {
+  /** Adds the key, as the call left it, to the task's per-key metrics when they are on (option metrics). */
+  private def tallyKey(batch: KeyBatch, hadRows: Boolean, timerValues: TimerValues): Unit = if (tally != null) {
     import WindowEmitter._
     val flags =
       (if (hadRows) HadRows else 0) | (if (batch.existed) 0 else WasNew) | (if (batch.released) Released else 0)
@@ -370,8 +381,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     val global = globalWatermark(timerValues)
     val lag = if (global == HeldWatermark.Undefined || wm == HeldWatermark.Undefined) HeldWatermark.Undefined
     else HeldWatermark.saturatingMinus(global, wm)
-    plan.emitter.keyMetrics(keyValues, flags, if (batch.released) 0 else batch.windows.size, wm, lag,
-      batch.duplicates)
+    tally.add(flags, if (batch.released) 0 else batch.windows.size, wm, lag, batch.duplicates,
+      policy.stuckAfterMicros)
   }
 
   /** Emits a kept late row per original row of a late partial. */
@@ -506,12 +517,14 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
         batch.store(0L)
         scheduleProcessingTimer(batch, timerValues)
       }
-      return out.iterator ++ keyRow(keyValues, batch, hadRows = false, timerValues)
+      tallyKey(batch, hadRows = false, timerValues)
+      return out.iterator
     }
     if (batch.windows.isEmpty && !policy.floors.forall(_.appliesAtStart)) {
       // closing='fleet': a key kept without windows until the skew bound reached it leaves now.
       batch.store(0L)
-      return keyRow(keyValues, batch, hadRows = false, timerValues)
+      tallyKey(batch, hadRows = false, timerValues)
+      return Iterator.empty
     }
     val watermarkAtStart = update.atStart
     val watermarkNow = update.finish()
@@ -519,7 +532,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     if (idle && batch.windows.isEmpty && record.quietSinceMs == HeldWatermark.NoArrival) record.quietSinceMs = now
     batch.store(0L)
     scheduleProcessingTimer(batch, timerValues)
-    out.iterator ++ keyRow(keyValues, batch, hadRows = false, timerValues)
+    tallyKey(batch, hadRows = false, timerValues)
+    out.iterator
   }
 
   /**

@@ -1,6 +1,6 @@
 package io.github.keyedwatermarks.partials
 
-import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.DataFrame
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan, UnaryNode}
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
@@ -10,7 +10,6 @@ import org.apache.spark.sql.execution.metric.{SQLMetric, SQLMetrics}
 import org.apache.spark.sql.types.{ArrayType, BinaryType, LongType, StructType}
 
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals, TwoLevelMapChoice}
-import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.window.WindowAssigner
 
 /**
@@ -51,7 +50,6 @@ private[keyedwatermarks] object PartialAggregation {
       keepRows: Boolean,
       keepEventTimes: Boolean = false): Partials = {
     val session = input.sparkSession
-    install(session)
     val child = SparkInternals.analyzedPlan(input)
     val inputs = child.output
     val buffers = aggregation.bufferSchema.map(f => AttributeReference(f.name, f.dataType, nullable = true)())
@@ -84,16 +82,6 @@ private[keyedwatermarks] object PartialAggregation {
       inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source, gap, dedup),
       windows, aggregation, inputs, payload, output, new TwoLevelMapChoice, child)
     Partials(SparkBridge.ofRows(session, node), payload)
-  }
-
-  /** The strategy, unless the session has it from `spark.sql.extensions` (Contract.ExtensionsClass). */
-  private def install(session: SparkSession): Unit = synchronized {
-    val experimental = session.experimental
-    val extensions = session.conf.getOption("spark.sql.extensions").getOrElse("")
-    if (!extensions.split(",").map(_.trim).contains(Contract.ExtensionsClass) &&
-      !experimental.extraStrategies.contains(KeyedPartialAggregateStrategy)) {
-      experimental.extraStrategies = experimental.extraStrategies :+ KeyedPartialAggregateStrategy
-    }
   }
 }
 

@@ -3,12 +3,13 @@ package io.github.keyedwatermarks.planner
 import org.apache.spark.sql.{Column, DataFrame, Encoders, functions => F}
 import org.apache.spark.sql.catalyst.plans.logical.EventTimeWatermark
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
+import org.apache.spark.sql.keyedwatermarks.SparkBridge
 import org.apache.spark.sql.types.{MetadataBuilder, StructType}
 
 import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
 import io.github.keyedwatermarks.partials.{PartialAggregation, PartialColumns}
-import io.github.keyedwatermarks.emission.{KeyMetrics, WindowEmitter}
+import io.github.keyedwatermarks.emission.{KeyMetrics, KeyTallyRelay, WindowEmitter}
 import io.github.keyedwatermarks.input.{
   DedupColumns, DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap
 }
@@ -40,7 +41,7 @@ private[keyedwatermarks] object KeyedPlanner {
     val all = observed(
       p.projected.invalidRows.fold(out)(invalid =>
         out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))),
-      spec.watermark.stuckAfterMicros, KeyedStages.metricsName(OutputMetrics, p.stage), spec.watermark.keyMetrics)
+      KeyedStages.metricsName(OutputMetrics, p.stage), spec.watermark.keyMetrics)
     if (spec.aggregation.withReport) all else p.operatorPlan.emitter.windowsOnly(all)
   }
 
@@ -63,6 +64,7 @@ private[keyedwatermarks] object KeyedPlanner {
 
   private def prepareStage(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean): Prepared = {
     val input = resolveInput(events, spec, streaming)
+    KeyedStrategies.install(events.sparkSession)
     val upstream = SparkInternals.analyzedPlan(events)
     val stage = KeyedStages.stageName(spec.watermark.stageName, input.keys, upstream)
     val policy = WatermarkPolicies.of(spec.watermark)
@@ -88,7 +90,8 @@ private[keyedwatermarks] object KeyedPlanner {
       emitter = emitter,
       emission = spec.emission,
       keyNames = input.keys,
-      keyMetrics = spec.watermark.keyMetrics)
+      keyMetrics = spec.watermark.keyMetrics,
+      tallyId = java.util.UUID.randomUUID().toString)
     val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
     val valid = InvalidRows.observe(partials.frame, PartialColumns.WindowStart, PartialColumns.Rows,
       withSource = spec.watermark.sources.isDefined, withGap = perRowGap(spec.windows),
@@ -230,26 +233,31 @@ private[keyedwatermarks] object KeyedPlanner {
    */
   def operator(p: Prepared): DataFrame = {
     val keys = p.projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
-    p.operatorPlan.emitter.columns(p.grouped
-        .groupBy(keys: _*)
-        .as(Encoders.row(p.projected.keySchema), Encoders.row(p.grouped.schema))
-        .transformWithState(new KeyedWindowProcessor(p.operatorPlan), p.timeMode, OutputMode.Append())(
-          Encoders.row(WindowEmitter.OperatorOutputSchema))
-        .toDF())
+    val plan = p.operatorPlan
+    val out = p.grouped
+      .groupBy(keys: _*)
+      .as(Encoders.row(p.projected.keySchema), Encoders.row(p.grouped.schema))
+      .transformWithState(new KeyedWindowProcessor(plan), p.timeMode, OutputMode.Append())(
+        Encoders.row(WindowEmitter.OperatorOutputSchema))
+      .toDF()
+    // With the per-key metrics, each task's tally of its keys follows its rows (KeyTallyRelay).
+    plan.emitter.columns(
+      if (!plan.keyMetrics) out
+      else SparkBridge.ofRows(out.sparkSession,
+        KeyTallyRelay(plan.tallyId, plan.emitter, SparkInternals.analyzedPlan(out))))
   }
 
   /**
    * The per-batch output counts, as observed metrics (`query.lastProgress.observedMetrics`),
-   * with the per-key metrics (keys in state, released, watermark lag) from the operator's "key"
-   * rows, which only feed the metrics and are dropped here.
+   * with the per-key metrics (keys in state, released, watermark lag) from the tallies of the
+   * operator's tasks ("key" rows, one per task), which only feed the metrics and are dropped here.
    */
-  def observed(
-      all: DataFrame, stuckAfterMicros: Long, name: String = OutputMetrics, keyMetrics: Boolean = true): DataFrame = {
+  def observed(all: DataFrame, name: String = OutputMetrics, keyMetrics: Boolean = true): DataFrame = {
     val metrics = Seq(
       F.coalesce(F.sum(all.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
       F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Watermark, 1)).as(
         "keys_with_held_watermark")) ++
-      (if (keyMetrics) KeyMetrics.columns(all, stuckAfterMicros) else Nil)
+      (if (keyMetrics) KeyMetrics.columns(all, WindowEmitter.KeyMetricsColumn) else Nil)
     val withMetrics = all.observe(name,
       F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Window, 1)).as("windows_emitted"),
       metrics: _*)

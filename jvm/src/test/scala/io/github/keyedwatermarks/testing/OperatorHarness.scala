@@ -15,6 +15,7 @@ import org.apache.spark.sql.types._
 
 import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 import io.github.keyedwatermarks.catalyst.UnsafeRowBytes
+import io.github.keyedwatermarks.emission.{KeyTally, WindowEmitter}
 import io.github.keyedwatermarks.operator.KeyedWindowProcessor
 import io.github.keyedwatermarks.planner.KeyedPlanner
 import io.github.keyedwatermarks.spec.QueryOptions
@@ -74,10 +75,25 @@ final class OperatorHarness(
       .toVector
     val partials = partialsByBatch(batches)
     val out = clocks.zipWithIndex.map { case ((watermarkMs, processingTimeMs), n) =>
-      batch(partials.getOrElse(n, Map.empty), watermarkMs, processingTimeMs).map(r => toJson(decoded(r), outputSchema))
-        .asJava
+      val rows = batch(partials.getOrElse(n, Map.empty), watermarkMs, processingTimeMs)
+        .map(r => toJson(decoded(r), outputSchema))
+      (rows ++ tallyRow()).asJava
     }
     mapper.writeValueAsString(out.asJava)
+  }
+
+  /**
+   * The batch's per-key metrics (emission.KeyTally: in a query, one row per task that the
+   * per-batch metrics merge), as one "key" row: `kw_key_metrics` holds the metrics by name.
+   */
+  private def tallyRow(): Option[java.util.Map[String, Any]] = Option(processor.takeTally()).map { t =>
+    val metrics = t.metrics
+    val m = new java.util.LinkedHashMap[String, Any]()
+    KeyTally.MetricsSchema.fields.zipWithIndex.foreach { case (f, i) => m.put(f.name, metrics.get(i, f.dataType)) }
+    val row = new java.util.LinkedHashMap[String, Any]()
+    row.put(WindowEmitter.KindColumn, WindowEmitter.KeyKindValue)
+    row.put(WindowEmitter.KeyMetricsColumn, m)
+    row
   }
 
   private def rowsOf(batch: JsonNode): List[Row] = batch.elements().asScala.map { r =>
