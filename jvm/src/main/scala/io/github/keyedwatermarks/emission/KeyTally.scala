@@ -25,7 +25,8 @@ import io.github.keyedwatermarks.watermark.HeldWatermark
  * Lags (Spark's global watermark minus the key's, microseconds) go into a [[LagHistogram]]
  * (exact min and max, p50 and p95 within 0.4%). Keys with a watermark but no lag (no global
  * watermark) go into Spark's own `percentile_approx` digest (accuracy 10000) as minus their
- * watermark, as `percentile_approx` itself summed them before (see [[KeyMetrics]]).
+ * watermark: those are epoch-sized values, for which the histogram's relative error would be
+ * hours, while the digest's error is in ranks.
  */
 private[keyedwatermarks] final class KeyTally {
   import KeyTally._
