@@ -28,26 +28,11 @@ private[keyedwatermarks] final case class KeyTallyRelayExec(tallyId: String, emi
     val operator = tallyId
     val rowOf = emitter
     val schema = output.map(_.dataType).toArray
+    // `++` takes its right side by name: the tally is taken only once the operator's rows are
+    // exhausted, which is when transformWithState has handled every key and timer of the task.
     child.execute().mapPartitions { rows =>
-      new Iterator[InternalRow] {
-        // None until the operator's rows are exhausted; then the tally row, if any, until taken.
-        private var tally: Option[InternalRow] = None
-        private var ended = false
-
-        override def hasNext: Boolean = rows.hasNext || {
-          if (!ended) {
-            ended = true
-            tally = KeyTally.takeForTask(operator).map { t =>
-              UnsafeProjection.create(schema).apply(InternalRow(rowOf.keyTally(t.toBytes)))
-            }
-          }
-          tally.isDefined
-        }
-
-        override def next(): InternalRow =
-          if (rows.hasNext) rows.next()
-          else if (hasNext) { val row = tally.get; tally = None; row }
-          else throw new NoSuchElementException("no row after the key tally")
+      rows ++ KeyTally.takeForTask(operator).iterator.map { t =>
+        UnsafeProjection.create(schema).apply(InternalRow(rowOf.keyTally(t.toBytes)))
       }
     }
   }
