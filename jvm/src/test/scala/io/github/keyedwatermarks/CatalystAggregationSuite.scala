@@ -12,6 +12,8 @@ import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
  * round trip through the stored (serialized) buffer form between partial updates.
  */
 class CatalystAggregationSuite extends SparkSuite {
+  override protected def runsQueries: Boolean = false
+
 
   private def aggregates: Seq[Column] = Seq(
     count(lit(1)).as("n"), count(col("temp")).as("n_temp"), sum("temp").as("s"), avg("temp").as("a"),

@@ -6,6 +6,8 @@ import io.github.keyedwatermarks.emission.{KeyTally, KeyTallyMerge, LagHistogram
 import io.github.keyedwatermarks.watermark.HeldWatermark
 
 class KeyMetricsSuite extends SparkSuite {
+  override protected def runsQueries: Boolean = false
+
 
   /** The value of nearest rank ceil(q * n) (at least 1) of `values`, by sorting them all. */
   private def nearestRank(values: Seq[Long], q: Double): Long = {

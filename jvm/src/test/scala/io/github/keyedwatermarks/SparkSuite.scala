@@ -6,8 +6,21 @@ import org.apache.spark.sql.SparkSession
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
-/** A local SparkSession configured as `kw.configure` does (RocksDB state store). */
+/**
+ * A local SparkSession configured as `kw.configure` does (RocksDB state store).
+ *
+ * Every test of a suite that runs streaming queries is tagged [[SparkSuite.RunsQueries]], so
+ * that `./dev/test --quick` leaves them out by tag (`-l`), not by a hand-kept list of suites: a
+ * suite that only uses the session for quick batch checks says so with `runsQueries = false`.
+ */
 trait SparkSuite extends AnyFunSuite with BeforeAndAfterAll {
+  /** Whether the suite runs streaming queries (its tests then carry the tag RunsQueries). */
+  protected def runsQueries: Boolean = true
+
+  override def tags: Map[String, Set[String]] =
+    if (!runsQueries) super.tags
+    else testNames.iterator.map(n => n -> (super.tags.getOrElse(n, Set.empty) + SparkSuite.RunsQueries)).toMap
+
   /** Cores of the local master (also the number of shuffle partitions). */
   protected def cores: Int = 2
   /** Further session settings of a suite. */
@@ -37,4 +50,9 @@ trait SparkSuite extends AnyFunSuite with BeforeAndAfterAll {
     tempDirs.foreach(org.apache.commons.io.FileUtils.deleteQuietly)
     super.afterAll()
   }
+}
+
+object SparkSuite {
+  /** The tag of tests that run streaming queries (`./dev/test --quick` excludes it). */
+  val RunsQueries = "io.github.keyedwatermarks.RunsQueries"
 }

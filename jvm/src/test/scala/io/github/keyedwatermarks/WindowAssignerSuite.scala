@@ -5,6 +5,8 @@ import org.apache.spark.sql.functions._
 import io.github.keyedwatermarks.window.{SlidingWindows, TumblingWindows}
 
 class WindowAssignerSuite extends SparkSuite {
+  override protected def runsQueries: Boolean = false
+
 
   test("tumbling windows are epoch-aligned half-open intervals") {
     val w = TumblingWindows(10L)
