@@ -152,7 +152,7 @@ private[keyedwatermarks] object KeyState {
     StructField("earliest_window_start_us", LongType, nullable = false),
     // The event-time timer registered for the key (Spark's global watermark in ms): stored, not
     // re-derived, because it may be earlier than the state needs (see
-    // operator.KeyedWindowProcessor.placeEventTimer).
+    // operator.KeyTimers.placeEventTimer).
     StructField("event_timer_ms", LongType, nullable = false)))
 
   private val EventTimerOrdinal = WatermarkSchema.fieldIndex("event_timer_ms")
