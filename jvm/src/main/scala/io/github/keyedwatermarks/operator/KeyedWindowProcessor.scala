@@ -11,7 +11,7 @@ import io.github.keyedwatermarks.catalyst.UnsafeRowBytes
 import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 import io.github.keyedwatermarks.partials.PartialLayout
 import io.github.keyedwatermarks.emission.{KeyTally, WindowEmitter}
-import io.github.keyedwatermarks.state.{KeyState, KeyWindows, OpenWindow, OpenWindowRows, StageRecord}
+import io.github.keyedwatermarks.state.{KeyState, KeyWindows, OpenWindow, StageRecord}
 import io.github.keyedwatermarks.watermark.HeldWatermark
 import io.github.keyedwatermarks.window.{AlignedWindows, SessionWindows}
 
@@ -57,32 +57,20 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     d.duplicate(values, partial.getLong(layout.dedupPartition), closing.lateFrom(start))
   }
 
-  /** Sessions whose early panes come before the on-time pane: their state says which fired (OpenWindowRows). */
-  private val sessionsWithEarlyPanes = plan.emission.early && (plan.windows match {
-    case _: SessionWindows => true
-    case _: AlignedWindows => false
-  })
-
-  /** emit='every <duration>': a window's early panes at least that much processing time apart. */
-  private val spacedPanes = plan.emission.earlyPaneIntervalMs > 0
-
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
-    state = new KeyState(getHandle, agg.bufferSchema, policy, plan.windows, previousPaneSchema, plan.dedup,
-      onTimeFlag = sessionsWithEarlyPanes, paneTimes = spacedPanes)
+    state = new KeyState(getHandle, plan.windowRows, policy, plan.windows, plan.dedup)
     tally = if (plan.keyMetrics) KeyTally.openForTask(plan.tallyId) else null
     keyWindows = new KeyWindows(state.windowRows, agg, plan.windows)
     timers = new KeyTimers(getHandle, policy, closing)
-    firing = new WindowFiring(agg, plan.emitter, plan.emission, plan.windows, closing)
+    firing = new WindowFiring(agg, plan.emitter, plan.panes, plan.windows, closing)
   }
-
-  private def previousPaneSchema = if (plan.emission.retracting) Some(plan.emitter.aggregateSchema) else None
 
   /**
    * What this stage's state is written for, as the checkpoint's record of it holds it
    * (state.StageRecord): what the per-key check of KeyState compares, and the key columns.
    */
   def stageRecord(batch: Long): StageRecord = StageRecord.current(KeyState.describe(plan.windows),
-    new OpenWindowRows(agg.bufferSchema, previousPaneSchema, sessionsWithEarlyPanes, spacedPanes).schema,
+    plan.windowRows.schema,
     plan.keyNames.zip(plan.keySchema.fields).map { case (n, f) => s"$n ${f.dataType.simpleString}" }, batch)
 
   /** Spark's global watermark in microseconds (only with max_skew / closing='global'). */

@@ -3,8 +3,8 @@ package io.github.keyedwatermarks.operator
 import org.apache.spark.sql.types.StructType
 
 import io.github.keyedwatermarks.catalyst.CatalystAggregation
-import io.github.keyedwatermarks.emission.WindowEmitter
-import io.github.keyedwatermarks.spec.Emission
+import io.github.keyedwatermarks.emission.{PaneRule, WindowEmitter}
+import io.github.keyedwatermarks.state.OpenWindowRows
 import io.github.keyedwatermarks.watermark.WatermarkPolicy
 import io.github.keyedwatermarks.window.WindowAssigner
 
@@ -20,7 +20,9 @@ private[keyedwatermarks] final case class OperatorPlan(
     aggregation: CatalystAggregation,
     emitter: WindowEmitter,
     /** When windows fire and what repeated panes hold (emission.Firing). */
-    emission: Emission = Emission.Default,
+    panes: PaneRule,
+    /** What an open window's row in state holds (planner.PaneRules.windowRows). */
+    windowRows: OpenWindowRows,
     /** Per-key deduplication (option `dedup`): partials carry their row's dedup values. */
     dedup: Boolean = false,
     /** The key columns' names in the query (those of `keySchema` are positional). */

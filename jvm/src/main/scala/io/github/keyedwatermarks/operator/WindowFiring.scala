@@ -7,8 +7,7 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.JoinedRow
 
 import io.github.keyedwatermarks.catalyst.CatalystAggregation
-import io.github.keyedwatermarks.emission.{Firing, Pane, WindowEmitter}
-import io.github.keyedwatermarks.spec.Emission
+import io.github.keyedwatermarks.emission.{Firing, Pane, PaneRule, WindowEmitter}
 import io.github.keyedwatermarks.state.{OpenWindow, OpenWindowRows}
 import io.github.keyedwatermarks.watermark.ClosedWindows
 import io.github.keyedwatermarks.window.{AlignedWindows, SessionWindows, WindowAssigner}
@@ -20,7 +19,7 @@ import io.github.keyedwatermarks.window.{AlignedWindows, SessionWindows, WindowA
  * ([[emitUnfired]]). Each pane as its accumulation mode says ([[fire]]).
  */
 private[operator] final class WindowFiring(
-    agg: CatalystAggregation, emitter: WindowEmitter, emission: Emission, windows: WindowAssigner,
+    agg: CatalystAggregation, emitter: WindowEmitter, emission: PaneRule, windows: WindowAssigner,
     closing: WindowClosing) {
 
   /** emit='every <duration>': a window's early panes at least that much processing time apart. */
@@ -114,9 +113,9 @@ private[operator] final class WindowFiring(
     }
     out += emitter.window(result, pane, window.revisions, retraction = false, reported)
     emission.accumulation match {
-      case Emission.Accumulating => ()
-      case Emission.Discarding => window.buffer = agg.newBuffer()
-      case Emission.Retracting => window.previous = result.copy()
+      case PaneRule.Accumulating => ()
+      case PaneRule.Discarding => window.buffer = agg.newBuffer()
+      case PaneRule.Retracting => window.previous = result.copy()
     }
     window.revisions += 1
     window.dirty = false

@@ -72,9 +72,10 @@ private[keyedwatermarks] object KeyedPlanner {
     val ref = reference(input, spec)
     val projected = project(input, ref, spec)
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(ref.analyzed, SparkInternals.output(projected.frame))
+    val panes = PaneRules.of(spec.emission)
     val emitter = new WindowEmitter(ref.resultSchema, input.keys.map(ref.schema.fieldIndex).toArray,
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
-      withRevision = spec.windows.allowedLateness.isDefined && !spec.emission.withPaneColumns, spec.emission)
+      withRevision = spec.windows.allowedLateness.isDefined && !spec.emission.withPaneColumns, panes)
     val partials = PartialAggregation(projected.frame, input.keys.size, windows, aggregation,
       spec.aggregation.keepLateRows,
       keepEventTimes = policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
@@ -88,7 +89,8 @@ private[keyedwatermarks] object KeyedPlanner {
       keepLateRows = spec.aggregation.keepLateRows,
       aggregation = aggregation,
       emitter = emitter,
-      emission = spec.emission,
+      panes = panes,
+      windowRows = PaneRules.windowRows(panes, windows, aggregation.bufferSchema, ref.resultSchema),
       keyNames = input.keys,
       keyMetrics = spec.watermark.keyMetrics,
       tallyId = java.util.UUID.randomUUID().toString)
