@@ -6,7 +6,7 @@ import org.apache.spark.sql.SparkSession
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
-/** A local SparkSession configured as `kw.configure` does (RocksDB state store). */
+/** A local SparkSession configured as `kw.configure` does (the session extension, RocksDB state store). */
 trait SparkSuite extends AnyFunSuite with BeforeAndAfterAll {
   /** Cores of the local master (also the number of shuffle partitions). */
   protected def cores: Int = 2
@@ -19,6 +19,7 @@ trait SparkSuite extends AnyFunSuite with BeforeAndAfterAll {
     .config("spark.ui.enabled", "false")
     .config("spark.sql.shuffle.partitions", cores.toString)
     .config("spark.sql.session.timeZone", "UTC")
+    .config("spark.sql.extensions", io.github.keyedwatermarks.contract.Contract.ExtensionsClass)
     .config("spark.sql.streaming.stateStore.providerClass",
       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     .config(extraConfig)
