@@ -108,8 +108,8 @@ def sparkProject(line: SparkLine): Project = {
       Test / unmanagedSourceDirectories +=
         baseDirectory.value / "src" / "test" / s"scala-spark-${line.minor}",
       libraryDependencies += "org.scalatest" %% "scalatest" % "3.2.19" % Test,
-      // The in-memory operator harness drives Spark's TwsTester, which 4.0 and 4.1 do not have;
-      // its Python tests run on the main line only.
+      // The in-memory operator harness drives Spark's TwsTester: compiled on the main line only
+      // (4.0 and 4.1 have no TwsTester), where its Python tests run.
       Test / unmanagedSources / excludeFilter := (if (main) NothingFilter else "OperatorHarness.scala"),
       Test / fork := true,
       Test / javaOptions ++= sparkJavaOptions,

@@ -276,6 +276,43 @@ def test_session_without_jar_raises_clear_error(tmp_path):
     assert "--jars" in err and ".jar" in err
 
 
+_NO_EXTENSION_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pyspark.sql import SparkSession, functions as F
+    import keyed_watermarks as kw
+    from keyed_watermarks._jvm import ROCKSDB_PROVIDER
+
+    spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+             .config("spark.jars", sys.argv[1])
+             .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    events = spark.readStream.format("rate").load().withColumn("device", F.lit("a"))
+    try:
+        kw.keyed_watermark(events, key="device", event_time="timestamp", lateness="5 seconds").window(
+            "10 seconds").agg(F.count(F.lit(1)).alias("n"))
+    finally:
+        assert spark.streams.active == []
+        spark.stop()
+    """
+)
+
+
+@pytest.mark.slow
+def test_session_without_extension_is_refused(tmp_path):
+    # The jar without spark.sql.extensions: the checks of the session extension (stateful
+    # operators after a keyed stage, outputMode, restarts) could not run, so nothing is planned.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")}
+    proc = subprocess.run([sys.executable, "-c", _NO_EXTENSION_SCRIPT, kw.jar_path()], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    err = proc.stderr
+    assert "IllegalArgumentException" in err, err[-3000:]
+    assert ("spark.sql.extensions: this SparkSession was built without "
+            "io.github.keyedwatermarks.KeyedWatermarksExtensions") in err, err[-3000:]
+    assert "keyed_watermarks.configure(SparkSession.builder)" in err
+
+
 def test_slide_larger_than_window(events):
     with pytest.raises(IllegalArgumentException, match="slide: must be positive and at most the window size"):
         _keyed(events).window("10 seconds", slide="11 seconds")

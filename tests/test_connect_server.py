@@ -27,7 +27,7 @@ import pytest
 
 import connect_scenarios as scenarios
 import keyed_watermarks as kw
-from keyed_watermarks._jvm import ROCKSDB_PROVIDER
+from keyed_watermarks._jvm import EXTENSIONS, ROCKSDB_PROVIDER
 from keyed_watermarks.connect import PLUGIN_CLASS, PLUGIN_CONF
 
 pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
@@ -100,6 +100,7 @@ def server(tmp_path_factory):
             "--master", "local[2]",
             "--jars", kw.jar_path(),
             "--conf", f"{PLUGIN_CONF}={PLUGIN_CLASS}",
+            "--conf", f"spark.sql.extensions={EXTENSIONS}",
             "--conf", f"spark.sql.streaming.stateStore.providerClass={ROCKSDB_PROVIDER}",
             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
             "--conf", f"spark.connect.grpc.binding.port={port}",

@@ -92,7 +92,7 @@ def test_every_batch_in_update_mode_equals_spark_update_mode(spark, tmp_path):
 
 
 def test_complete_mode_is_refused_when_the_query_starts(spark, tmp_path):
-    # Our check (planner.OutputModeCheck), in start(), before Spark's own and before any batch.
+    # Our check (hooks.OutputModeCheck), in start(), before Spark's own and before any batch.
     replay = Replay(spark, tmp_path, schema=SCHEMA)
     replay.add_all([[(k, ts(t), v) for k, t, v in b] for b in BATCHES[:1]])
     result = (kw.keyed_watermark(replay.stream(), key="device", event_time="ts", lateness="5 seconds")

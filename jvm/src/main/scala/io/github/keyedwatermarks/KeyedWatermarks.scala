@@ -69,8 +69,14 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
     copy(spec.copy(keyLateness = KeyLateness.Adaptive(quantile,
         DurationOption("adaptive_lateness.min", min), DurationOption("adaptive_lateness.max", max), relativeError)))
 
-  /** `wm(k) = processing time - lateness` (the batch's processing time). */
-  def withProcessingTime(): KeyedWatermark = copy(spec.copy(processingTimeClock = true))
+  /**
+   * What each key's watermark follows (option `clock`): "event_time" (default: the key's own
+   * rows) or "processing_time" (`wm(k) = processing time - lateness`, the batch's processing time).
+   */
+  def withClock(clock: String): KeyedWatermark = copy(spec.copy(clock = KeyClock.parse(clock)))
+
+  /** `wm(k) = processing time - lateness` (the batch's processing time): `withClock("processing_time")`. */
+  def withProcessingTime(): KeyedWatermark = withClock(KeyClock.ProcessingTime.name)
 
   /**
    * A key with no rows for `timeout` (processing time) is idle: all its windows are emitted and
@@ -126,14 +132,19 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
     copy(spec.copy(dedup = columns))
   }
 
-  /** Every key uses Spark's global watermark (`withWatermark(eventTime, lateness)`). */
-  def withGlobalClosing(): KeyedWatermark = copy(spec.copy(globalClosing = true))
-
   /**
-   * closing='fleet': every key follows Spark's global watermark behind its own learnt skew
-   * (docs/semantics.md, "Fleet closing").
+   * Which watermark closes a key's windows (option `closing`, one choice: the last one set is
+   * used): "keyed" (default, the key's own), "global" (Spark's global watermark for every key, as
+   * `withWatermark(eventTime, lateness)`) or "fleet" (Spark's global watermark behind each key's
+   * learnt skew; docs/semantics.md, "Fleet closing").
    */
-  def withFleetClosing(): KeyedWatermark = copy(spec.copy(fleetClosing = true))
+  def withClosing(closing: String): KeyedWatermark = copy(spec.copy(closing = Closing.parse(closing)))
+
+  /** Every key uses Spark's global watermark: `withClosing("global")`. */
+  def withGlobalClosing(): KeyedWatermark = withClosing(Closing.Global.name)
+
+  /** Every key follows Spark's global watermark behind its own learnt skew: `withClosing("fleet")`. */
+  def withFleetClosing(): KeyedWatermark = withClosing(Closing.Fleet.name)
 
   /**
    * Min of inputs: the watermark is kept per (key, source); the key's watermark is the minimum

@@ -5,35 +5,38 @@ import org.apache.spark.sql.types.{LongType, StructField, StructType}
 import org.scalatest.funsuite.AnyFunSuite
 
 import io.github.keyedwatermarks.emission.{Firing, Pane}
+import io.github.keyedwatermarks.planner.PaneRules
 import io.github.keyedwatermarks.spec.{DurationOption, Emission, FixedGap, Sessions, Tumbling}
 import io.github.keyedwatermarks.state.OpenWindowRows
 
 /** The emit option and the firing rule (docs/semantics.md, "Panes and accumulation"). */
 class EmissionSuite extends AnyFunSuite {
   private val every = Emission(Emission.EveryBatch, Emission.Accumulating)
+  private val final_ = PaneRules.of(Emission.Default)
+  private val everyBatch = PaneRules.of(every)
 
   test("emit='final' fires as revisions always did: the first firing when due, then one per change") {
     // In final mode a window that fired was due then, and the watermark never moves back.
     for (revisions <- Seq(0, 1, 3); due <- Seq(false, true); changed <- Seq(false, true) if revisions == 0 || due) {
       val before = (revisions > 0 && changed) || (revisions == 0 && due)
-      val pane = Firing.pane(Emission.Default, due, firedOnTime = revisions > 0, changed)
+      val pane = Firing.pane(final_, due, firedOnTime = revisions > 0, changed)
       assert(pane.isDefined == before, s"revisions=$revisions due=$due changed=$changed")
       assert(pane.forall(_ == (if (revisions == 0) Pane.OnTime else Pane.Late)))
     }
   }
 
   test("emit='every_batch': early panes on change, exactly one on-time pane, late panes on change") {
-    assert(Firing.pane(every, due = false, firedOnTime = false, changed = true).contains(Pane.Early))
-    assert(Firing.pane(every, due = false, firedOnTime = false, changed = false).isEmpty)
-    assert(Firing.pane(every, due = true, firedOnTime = false, changed = false).contains(Pane.OnTime))
-    assert(Firing.pane(every, due = true, firedOnTime = false, changed = true).contains(Pane.OnTime))
-    assert(Firing.pane(every, due = true, firedOnTime = true, changed = true).contains(Pane.Late))
-    assert(Firing.pane(every, due = true, firedOnTime = true, changed = false).isEmpty)
+    assert(Firing.pane(everyBatch, due = false, firedOnTime = false, changed = true).contains(Pane.Early))
+    assert(Firing.pane(everyBatch, due = false, firedOnTime = false, changed = false).isEmpty)
+    assert(Firing.pane(everyBatch, due = true, firedOnTime = false, changed = false).contains(Pane.OnTime))
+    assert(Firing.pane(everyBatch, due = true, firedOnTime = false, changed = true).contains(Pane.OnTime))
+    assert(Firing.pane(everyBatch, due = true, firedOnTime = true, changed = true).contains(Pane.Late))
+    assert(Firing.pane(everyBatch, due = true, firedOnTime = true, changed = false).isEmpty)
     // A session that fired on time and grew past the watermark (allowed lateness): a late pane at
     // once with early firings; with emit='final' its next revision waits until it is due again.
-    assert(Firing.pane(every, due = false, firedOnTime = true, changed = true).contains(Pane.Late))
-    assert(Firing.pane(Emission.Default, due = false, firedOnTime = true, changed = true).isEmpty)
-    assert(Firing.pane(Emission.Default, due = true, firedOnTime = true, changed = true).contains(Pane.Late))
+    assert(Firing.pane(everyBatch, due = false, firedOnTime = true, changed = true).contains(Pane.Late))
+    assert(Firing.pane(final_, due = false, firedOnTime = true, changed = true).isEmpty)
+    assert(Firing.pane(final_, due = true, firedOnTime = true, changed = true).contains(Pane.Late))
   }
 
   test("a window's state row gains a field only when retracting (other checkpoints stay readable)") {

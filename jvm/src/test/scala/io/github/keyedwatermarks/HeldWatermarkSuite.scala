@@ -2,7 +2,7 @@ package io.github.keyedwatermarks
 
 import org.scalatest.funsuite.AnyFunSuite
 
-import io.github.keyedwatermarks.spec.{DurationOption, SkewBound, SkewOf, Unbounded, WatermarkSpec}
+import io.github.keyedwatermarks.spec.{Closing, DurationOption, KeyClock, SkewBound, SkewOf, Unbounded, WatermarkSpec}
 import io.github.keyedwatermarks.planner.WatermarkPolicies
 import io.github.keyedwatermarks.watermark._
 
@@ -92,7 +92,7 @@ class HeldWatermarkSuite extends AnyFunSuite {
   test(
     "closing='fleet': the skew learnt when the key's max moves, the floor behind Spark's watermark (capped at the key's max), end only") {
     val spec =
-      WatermarkSpec(Seq("k"), "t", DurationOption("lateness", "0 seconds"), maxSkew = SkewOf(100L), fleetClosing = true)
+      WatermarkSpec(Seq("k"), "t", DurationOption("lateness", "0 seconds"), maxSkew = SkewOf(100L), closing = Closing.Fleet)
     val policy = spec.policy
     val fleet = policy.fleet.get
     assert(policy.proposal == Proposal.ClockOnly && fleet == FleetFloor(100L, 0L) && policy.maxSkewMicros.contains(
@@ -135,8 +135,8 @@ class HeldWatermarkSuite extends AnyFunSuite {
     assert(spec().policy.maxSkewMicros.contains(3600L * 1000 * 1000))
     assert(spec(_.copy(maxSkew = Unbounded)).policy.maxSkewMicros.isEmpty)
     assert(spec(_.copy(idleTimeout = idle)).policy.maxSkewMicros.isEmpty)
-    assert(spec(_.copy(processingTimeClock = true)).policy.maxSkewMicros.isEmpty)
-    assert(spec(_.copy(globalClosing = true)).policy.maxSkewMicros.isEmpty)
+    assert(spec(_.copy(clock = KeyClock.ProcessingTime)).policy.maxSkewMicros.isEmpty)
+    assert(spec(_.copy(closing = Closing.Global)).policy.maxSkewMicros.isEmpty)
     assert(SkewBound.parse("unbounded") == Unbounded && SkewBound.parse("2 seconds") == SkewOf(2000000L))
   }
 
@@ -148,7 +148,7 @@ class HeldWatermarkSuite extends AnyFunSuite {
     val advance = spec(_.copy(idleTimeout = idle, advanceWhenIdle = true)).policy
     assert(advance.idle.contains(IdleRule.AdvanceWhenIdle(1000L)) && advance.floors == Seq(IdleAdvanceFloor(1000L)))
     assert(!advance.releasesKeysWithoutWindows, "an idle key's own wall-clock advance does not cover a returning key")
-    val global = spec(_.copy(globalClosing = true)).policy
+    val global = spec(_.copy(closing = Closing.Global)).policy
     assert(global.proposal == Proposal.ClockOnly && global.floors == Seq(GlobalWatermarkFloor))
     assert(global.usesGlobalWatermark && !global.usesProcessingTimers && global.releasesKeysWithoutWindows)
     val unbounded = spec(_.copy(maxSkew = Unbounded)).policy

@@ -7,7 +7,8 @@ import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
- * A local SparkSession configured as `kw.configure` does (RocksDB state store).
+ * A local SparkSession configured as `kw.configure` does (the session extension, RocksDB state
+ * store).
  *
  * Every test of a suite that runs streaming queries is tagged [[SparkSuite.RunsQueries]], so
  * that `./dev/test --quick` leaves them out by tag (`-l`), not by a hand-kept list of suites: a
@@ -32,6 +33,7 @@ trait SparkSuite extends AnyFunSuite with BeforeAndAfterAll {
     .config("spark.ui.enabled", "false")
     .config("spark.sql.shuffle.partitions", cores.toString)
     .config("spark.sql.session.timeZone", "UTC")
+    .config("spark.sql.extensions", io.github.keyedwatermarks.contract.Contract.ExtensionsClass)
     .config("spark.sql.streaming.stateStore.providerClass",
       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     .config(extraConfig)

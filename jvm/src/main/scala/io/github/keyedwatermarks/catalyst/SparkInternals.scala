@@ -14,7 +14,7 @@ import org.apache.spark.sql.types.{CalendarIntervalType, DataType, StructType}
  * Small helpers over Spark's internal APIs (analyzed plans, casts, encoders) that the planner,
  * the input checks and the emitter share. Not the only code touching internals: so do the
  * rest of catalyst/ (expressions, aggregate buffers, UnsafeRow bytes), the plan nodes of
- * partials/ and the shims/; see the README's layout.
+ * partials/ and the shims/; see the layout in CONTRIBUTING.md.
  */
 private[keyedwatermarks] object SparkInternals {
 

@@ -1,7 +1,5 @@
 package io.github.keyedwatermarks.emission
 
-import io.github.keyedwatermarks.spec.Emission
-
 /**
  * Whether a window fires at the end of a batch (or timer), and as which pane
  * (docs/semantics.md, "Panes and accumulation"): the on-time pane always fires once, when the
@@ -23,7 +21,7 @@ private[keyedwatermarks] object Firing {
    * rises); a session that fired on time may have grown past the watermark since: its changes
    * are then late panes, at once with early firings, once due again without (today's revisions).
    */
-  def pane(emission: Emission, due: Boolean, firedOnTime: Boolean, changed: Boolean,
+  def pane(emission: PaneRule, due: Boolean, firedOnTime: Boolean, changed: Boolean,
       spaced: Boolean = true): Option[Pane] =
     if (firedOnTime) { if (changed && (due || emission.early && spaced)) Some(Pane.Late) else None }
     else if (due) Some(Pane.OnTime)

@@ -11,7 +11,6 @@ import org.apache.spark.unsafe.types.UTF8String
 import io.github.keyedwatermarks.catalyst.{RowFromBytes, SparkInternals, UnsafeRowBytes}
 import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.input
-import io.github.keyedwatermarks.spec.Emission
 import io.github.keyedwatermarks.watermark.HeldWatermark
 
 /**
@@ -40,7 +39,7 @@ private[keyedwatermarks] final class WindowEmitter(
     keyOrdinalsInResult: Array[Int],
     lateRowSchema: Option[StructType],
     withRevision: Boolean,
-    emission: Emission = Emission.Default)
+    emission: PaneRule = PaneRule.Final)
     extends Serializable {
   import WindowEmitter._
 

@@ -10,6 +10,7 @@ import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
 import io.github.keyedwatermarks.partials.{PartialAggregation, PartialColumns}
 import io.github.keyedwatermarks.emission.{KeyMetrics, KeyTallyRelay, WindowEmitter}
+import io.github.keyedwatermarks.hooks.{AfterKeyedStageCheck, SparkHooks}
 import io.github.keyedwatermarks.input.{
   DedupColumns, DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap
 }
@@ -35,7 +36,7 @@ private[keyedwatermarks] object KeyedPlanner {
    * The streaming result: the report stream (`agg_with_report`), or only the window rows with
    * the columns and nullability of `groupBy(keys, window).agg(aggs)` (`agg`).
    */
-  def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = KeyedStages.whilePlanning {
+  def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = AfterKeyedStageCheck.whilePlanning {
     val p = prepare(events, spec)
     val out = operator(p)
     val all = observed(
@@ -60,11 +61,11 @@ private[keyedwatermarks] object KeyedPlanner {
       stage: String = "")
 
   def prepare(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): Prepared =
-    KeyedStages.whilePlanning(prepareStage(events, spec, streaming))
+    AfterKeyedStageCheck.whilePlanning(prepareStage(events, spec, streaming))
 
   private def prepareStage(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean): Prepared = {
     val input = resolveInput(events, spec, streaming)
-    KeyedStrategies.install(events.sparkSession)
+    SparkHooks.requireInstalled(events.sparkSession)
     val upstream = SparkInternals.analyzedPlan(events)
     val stage = KeyedStages.stageName(spec.watermark.stageName, input.keys, upstream)
     val policy = WatermarkPolicies.of(spec.watermark)
@@ -72,9 +73,10 @@ private[keyedwatermarks] object KeyedPlanner {
     val ref = reference(input, spec)
     val projected = project(input, ref, spec)
     val aggregation = CatalystAggregation.fromAnalyzedAggregate(ref.analyzed, SparkInternals.output(projected.frame))
+    val panes = PaneRules.of(spec.emission)
     val emitter = new WindowEmitter(ref.resultSchema, input.keys.map(ref.schema.fieldIndex).toArray,
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
-      withRevision = spec.windows.allowedLateness.isDefined && !spec.emission.withPaneColumns, spec.emission)
+      withRevision = spec.windows.allowedLateness.isDefined && !spec.emission.withPaneColumns, panes)
     val partials = PartialAggregation(projected.frame, input.keys.size, windows, aggregation,
       spec.aggregation.keepLateRows,
       keepEventTimes = policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
@@ -88,7 +90,8 @@ private[keyedwatermarks] object KeyedPlanner {
       keepLateRows = spec.aggregation.keepLateRows,
       aggregation = aggregation,
       emitter = emitter,
-      emission = spec.emission,
+      panes = panes,
+      windowRows = PaneRules.windowRows(panes, windows, aggregation.bufferSchema, ref.resultSchema),
       keyNames = input.keys,
       keyMetrics = spec.watermark.keyMetrics,
       tallyId = java.util.UUID.randomUUID().toString)

@@ -1,6 +1,6 @@
 package io.github.keyedwatermarks.planner
 
-import io.github.keyedwatermarks.spec.{DefaultSkew, KeyLateness, SkewOf, Unbounded, WatermarkSpec}
+import io.github.keyedwatermarks.spec.{Closing, DefaultSkew, KeyClock, KeyLateness, SkewOf, Unbounded, WatermarkSpec}
 import io.github.keyedwatermarks.watermark.{
   AdaptiveLateness, ColumnLateness, FixedLateness, FleetFloor, GlobalWatermarkFloor, IdleAdvanceFloor, IdleRule,
   LatenessSource, ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
@@ -17,7 +17,7 @@ private[keyedwatermarks] object WatermarkPolicies {
   def of(w: WatermarkSpec): WatermarkPolicy = {
     val source = latenessSource(w.keyLateness)
     val proposal =
-      if (w.processingTimeClock || w.globalClosing || w.fleetClosing) Proposal.ClockOnly
+      if (w.clock == KeyClock.ProcessingTime || w.closing != Closing.Keyed) Proposal.ClockOnly
       else w.sources.fold[Proposal](Proposal.OwnRows(source)) { s =>
         Proposal.MinOfSources(source, SourcePolicy(s.expected.distinct, s.idleTimeout.map(_.millis)))
       }
@@ -27,14 +27,20 @@ private[keyedwatermarks] object WatermarkPolicies {
       // Processing-time policies bound state with their own timers (and cannot follow Spark's
       // event-time watermark in the same query); closing='global' is Spark's watermark itself.
       case DefaultSkew =>
-        if (w.followsWallClock || w.globalClosing) None else Some(WatermarkSpec.DefaultMaxSkewMicros)
+        if (w.followsWallClock || w.closing == Closing.Global) None else Some(WatermarkSpec.DefaultMaxSkewMicros)
     }
     val floors = Seq(
-      if (w.processingTimeClock) Some(ProcessingTimeFloor(w.lateness.micros)) else None,
-      if (w.globalClosing) Some(GlobalWatermarkFloor) else None,
+      w.clock match {
+        case KeyClock.ProcessingTime => Some(ProcessingTimeFloor(w.lateness.micros))
+        case KeyClock.EventTime => None
+      },
+      w.closing match {
+        case Closing.Global => Some(GlobalWatermarkFloor)
+        case Closing.Keyed | Closing.Fleet => None
+      },
       skew.map(SkewFloor(_, w.lateness.micros)),
       // closing='fleet': the skew bound above (the default hour unless set) also bounds the learnt skew.
-      skew.filter(_ => w.fleetClosing).map(FleetFloor(_, w.lateness.micros)),
+      skew.filter(_ => w.closing == Closing.Fleet).map(FleetFloor(_, w.lateness.micros)),
       w.idleTimeout.filter(_ => w.advanceWhenIdle).map(t => IdleAdvanceFloor(t.millis))).flatten
     val idle = w.idleTimeout.map { t =>
       if (w.advanceWhenIdle) IdleRule.AdvanceWhenIdle(t.millis) else IdleRule.EmitWhenIdle(t.millis)

@@ -31,8 +31,10 @@ final case class Emission(when: Emission.When, accumulation: Emission.Accumulati
   def discarding: Boolean = accumulation == Discarding
 
   /**
-   * Checks the combination against the windows, before any query starts. Every combination is
-   * defined for every kind of window (sessions: docs/semantics.md, "Early panes of sessions").
+   * Checks the combination against the windows, before any query starts: emit='final' repeats
+   * the whole window only, and emit='every <duration>' is not supported for sessions yet; the
+   * others are defined for every kind of window (sessions: docs/semantics.md, "Early panes of
+   * sessions").
    */
   def validate(windows: WindowSpec): Unit = {
     val name = when.name

@@ -71,12 +71,8 @@ object QueryOptions {
       case Seq(one) => one
       case _ => o.fail("key_lateness and adaptive_lateness: choose one way to set per-key lateness")
     }
-    val clock = o.string("clock").getOrElse("event_time")
-    if (clock != "event_time" && clock != "processing_time") o.fail(
-      s"clock: expected 'event_time' or 'processing_time', got '$clock'")
-    val closing = o.string("closing").getOrElse("keyed")
-    if (closing != "keyed" && closing != "global" && closing != "fleet") o.fail(
-      s"closing: expected 'keyed', 'global' or 'fleet', got '$closing'")
+    val clock = o.string("clock").fold[KeyClock](KeyClock.EventTime)(KeyClock.parse)
+    val closing = o.string("closing").fold[Closing](Closing.Keyed)(Closing.parse)
     val sourceColumn = o.column("source")
     if (sourceColumn.isEmpty && o.node("sources").isDefined) o.fail("sources: needs the source column (source=...)")
     if (sourceColumn.isEmpty && o.node("source_idle_timeout").isDefined) o.fail(
@@ -86,18 +82,17 @@ object QueryOptions {
       eventTime = eventTime,
       lateness = lateness,
       keyLateness = keyLateness,
-      processingTimeClock = clock == "processing_time",
+      clock = clock,
       idleTimeout = o.string("idle_timeout").map(DurationOption.positive("idle_timeout", _)),
       advanceWhenIdle = o.bool("advance_when_idle").getOrElse(false),
       maxSkew = o.string("max_skew").map(SkewBound.parse).getOrElse(DefaultSkew),
-      globalClosing = closing == "global",
+      closing = closing,
       sources = sourceColumn.map(SourcesSpec(_, o.strings("sources").getOrElse(Nil),
           o.string("source_idle_timeout").map(DurationOption.positive("source_idle_timeout", _)))),
       maxAheadMicros = o.string("max_ahead").fold(Option(WatermarkSpec.DefaultMaxAheadMicros))(WatermarkSpec.maxAhead),
       stuckAfterMicros = o.string("stuck_after").map(DurationOption.nonNegative("stuck_after", _).micros)
         .getOrElse(WatermarkSpec.DefaultStuckAfterMicros),
       stageName = o.string("name"),
-      fleetClosing = closing == "fleet",
       dedup = o.strings("dedup").getOrElse(Nil),
       keyMetrics = o.string("metrics").forall(WatermarkSpec.keyMetrics))
   }

@@ -14,18 +14,16 @@ final case class WatermarkSpec(
     eventTime: String,
     lateness: DurationOption,
     keyLateness: KeyLateness = KeyLateness.Fixed,
-    processingTimeClock: Boolean = false,
+    clock: KeyClock = KeyClock.EventTime,
     idleTimeout: Option[DurationOption] = None,
     advanceWhenIdle: Boolean = false,
     maxSkew: SkewBound = DefaultSkew,
-    globalClosing: Boolean = false,
+    closing: Closing = Closing.Keyed,
     sources: Option[SourcesSpec] = None,
     maxAheadMicros: Option[Long] = Some(WatermarkSpec.DefaultMaxAheadMicros),
     stuckAfterMicros: Long = WatermarkSpec.DefaultStuckAfterMicros,
     /** The stage's name in its metrics (default: see planner.KeyedStages.stageName). */
     stageName: Option[String] = None,
-    /** closing='fleet': each key follows Spark's global watermark behind its learnt skew. */
-    fleetClosing: Boolean = false,
     /**
      * Per-key deduplication: a row of a key whose values of these columns were already seen
      * for the key, within the key's horizon, is dropped and counted (docs/semantics.md,
@@ -42,7 +40,7 @@ final case class WatermarkSpec(
 
   /** The options that follow the wall clock (processing-time timers). */
   private[keyedwatermarks] def followsWallClock: Boolean =
-    processingTimeClock || idleTimeout.isDefined || sources.exists(_.idleTimeout.isDefined)
+    clock == KeyClock.ProcessingTime || idleTimeout.isDefined || sources.exists(_.idleTimeout.isDefined)
 
   /** Rejects option combinations that cannot run in one Spark time mode, naming the options. */
   private[keyedwatermarks] def validateCombination(): Unit = {
@@ -51,21 +49,21 @@ final case class WatermarkSpec(
       "max_skew follows Spark's global event-time watermark and cannot be combined with " +
         "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers " +
         "(they bound state by processing time instead)")
-    if (globalClosing && followsWallClock) fail(
+    if (closing == Closing.Global && followsWallClock) fail(
       "closing='global' follows Spark's global event-time watermark and cannot be combined with " +
         "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers")
     if (advanceWhenIdle && idleTimeout.isEmpty) fail("advance_when_idle: needs idle_timeout")
-    if (globalClosing && (keyLateness != KeyLateness.Fixed || sources.isDefined || maxSkew.isInstanceOf[SkewOf])) fail(
+    if (closing == Closing.Global && (keyLateness != KeyLateness.Fixed || sources.isDefined || maxSkew.isInstanceOf[SkewOf])) fail(
       "closing='global' uses Spark's one global watermark: per-key, adaptive lateness, sources and max_skew do not apply")
-    if (fleetClosing && followsWallClock) fail(
+    if (closing == Closing.Fleet && followsWallClock) fail(
       "closing='fleet' follows Spark's global event-time watermark and cannot be combined with " +
         "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers")
-    if (fleetClosing && (keyLateness != KeyLateness.Fixed || sources.isDefined)) fail(
+    if (closing == Closing.Fleet && (keyLateness != KeyLateness.Fixed || sources.isDefined)) fail(
       "closing='fleet': each key learns its skew behind Spark's global watermark; per-key, adaptive lateness " +
         "and sources do not apply")
-    if (fleetClosing && maxSkew == Unbounded) fail(
+    if (closing == Closing.Fleet && maxSkew == Unbounded) fail(
       "closing='fleet': max_skew bounds the learnt skew and how long a key stays in state; it cannot be 'unbounded'")
-    if (processingTimeClock && (keyLateness != KeyLateness.Fixed || sources.isDefined)) fail(
+    if (clock == KeyClock.ProcessingTime && (keyLateness != KeyLateness.Fixed || sources.isDefined)) fail(
       "clock='processing_time': the watermark follows the wall clock; per-key/adaptive lateness and sources do not apply")
   }
 }
@@ -99,6 +97,40 @@ object WatermarkSpec {
     case "counts" => false
     case other => OptionError(s"metrics: expected 'keys' or 'counts', got '$other'")
   }
+}
+
+/** Option `clock`: what a key's watermark follows (one choice). */
+sealed abstract class KeyClock(val name: String)
+
+object KeyClock {
+  /** The key's own rows: its max event time minus its lateness (the default). */
+  case object EventTime extends KeyClock("event_time")
+
+  /** The wall clock: the micro-batch's processing time minus the lateness. */
+  case object ProcessingTime extends KeyClock("processing_time")
+
+  def parse(text: String): KeyClock = Seq(EventTime, ProcessingTime).find(_.name == text)
+    .getOrElse(OptionError(s"clock: expected 'event_time' or 'processing_time', got '$text'"))
+}
+
+/**
+ * Option `closing`: which watermark closes a key's windows (docs/semantics.md, "Watermark
+ * policies"). One choice, so that two closings cannot be set at once.
+ */
+sealed abstract class Closing(val name: String)
+
+object Closing {
+  /** Each key's own watermark (the default). */
+  case object Keyed extends Closing("keyed")
+
+  /** Spark's one global watermark for every key (`withWatermark(eventTime, lateness)`). */
+  case object Global extends Closing("global")
+
+  /** Spark's global watermark behind each key's own learnt skew ("Fleet closing"). */
+  case object Fleet extends Closing("fleet")
+
+  def parse(text: String): Closing = Seq(Keyed, Global, Fleet).find(_.name == text)
+    .getOrElse(OptionError(s"closing: expected 'keyed', 'global' or 'fleet', got '$text'"))
 }
 
 /** Where each key's lateness comes from: one choice, so two ways cannot be combined. */

@@ -5,8 +5,8 @@ import org.apache.spark.sql.Column
 /**
  * The windows of a query, as the user chose them. Aligned windows (tumbling, sliding) have
  * fixed bounds per event time; session windows merge per key (Flink's `MergingWindowAssigner`
- * draws the same line). Matches over it are exhaustive: a new kind is a compile error at every
- * place that must handle it.
+ * draws the same line). Matches over it are exhaustive: a new kind is a compiler warning (a
+ * match that is not exhaustive) at every place that must handle it.
  */
 sealed trait WindowSpec {
   /** A window stays in state this much longer after it first fires (late firings, `revision`). */

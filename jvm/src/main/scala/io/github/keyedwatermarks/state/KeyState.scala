@@ -30,13 +30,12 @@ import io.github.keyedwatermarks.window.{SessionWindows, SlidingWindows, Tumblin
  * Optional variables are registered only when their policy is on, so other queries pay nothing.
  * Field names are Avro-safe, as the state store's schema handling requires.
  */
-private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, bufferSchema: StructType,
+private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle,
+    /** The codec of one open window's row (its layout fixed by the planner: planner.PaneRules). */
+    val windowRows: OpenWindowRows,
     policy: WatermarkPolicy,
     windows: WindowAssigner,
-    previousPaneSchema: Option[StructType] = None,
-    dedup: Boolean = false,
-    onTimeFlag: Boolean = false,
-    paneTimes: Boolean = false) {
+    dedup: Boolean = false) {
   import KeyState._
 
   private val keyState: ValueState[Row] =
@@ -58,9 +57,6 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle, b
   }
 
   val dedupEntries: Option[DedupEntries] = if (dedup) Some(new DedupEntries(handle)) else None
-
-  /** The codec of one open window's row. */
-  val windowRows = new OpenWindowRows(bufferSchema, previousPaneSchema, onTimeFlag, paneTimes)
 
   // Stamped with this release; state of a newer release is refused naming both (StateRelease).
   private val codec = new UnsafeRowBytes.RowsCodec(windowRows.schema, describe(windows),
@@ -152,7 +148,7 @@ private[keyedwatermarks] object KeyState {
     StructField("earliest_window_start_us", LongType, nullable = false),
     // The event-time timer registered for the key (Spark's global watermark in ms): stored, not
     // re-derived, because it may be earlier than the state needs (see
-    // operator.KeyedWindowProcessor.placeEventTimer).
+    // operator.KeyTimers.placeEventTimer).
     StructField("event_timer_ms", LongType, nullable = false)))
 
   private val EventTimerOrdinal = WatermarkSchema.fieldIndex("event_timer_ms")

@@ -16,8 +16,8 @@ import org.apache.spark.sql.types.{BooleanType, IntegerType, LongType, StructFie
  * where each field is.
  */
 private[keyedwatermarks] final class OpenWindowRows(
-    bufferSchema: StructType, previousSchema: Option[StructType] = None, onTimeFlag: Boolean = false,
-    paneTimes: Boolean = false)
+    bufferSchema: StructType, previousSchema: Option[StructType] = None, val onTimeFlag: Boolean = false,
+    val paneTimes: Boolean = false)
     extends Serializable {
   private val revisionsOrdinal = bufferSchema.length
   private val onTimeOrdinal = revisionsOrdinal + 4 + previousSchema.size

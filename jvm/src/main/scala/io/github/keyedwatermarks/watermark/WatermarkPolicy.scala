@@ -11,7 +11,7 @@ package io.github.keyedwatermarks.watermark
  *  - the [[IdleRule]], if any: what happens to a key silent for a processing-time timeout.
  * The operator asks the components, never a flag; a new policy is a new component the
  * compiler's exhaustiveness checks point to. Which user options combine into which components
- * is decided once, by spec.WatermarkSpec. Times are microseconds except processing times and
+ * is decided once, by planner.WatermarkPolicies. Times are microseconds except processing times and
  * timeouts, which are milliseconds like Spark's batch timestamps.
  *
  * @param latenessMicros   the default lateness `L` (a key's lateness before its policy learns one)
@@ -65,6 +65,4 @@ private[keyedwatermarks] final case class WatermarkPolicy(
 
   /** closing='fleet': its floor (a val: the operator asks for every partial). */
   val fleet: Option[FleetFloor] = floors.collectFirst { case f: FleetFloor => f }
-
-  /** The skew bound in force, if any (what spec.WatermarkSpec resolved max_skew to). */
 }

@@ -1,4 +1,4 @@
-package io.github.keyedwatermarks.planner
+package io.github.keyedwatermarks.hooks
 
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.rules.Rule
@@ -10,7 +10,7 @@ import org.apache.spark.sql.streaming.OutputMode
  * query starts (before any micro-batch): the keyed result is no streaming aggregation Spark
  * could re-emit whole, and Spark's own refusal says only that complete mode needs one.
  *
- * A rule of the analyzer's hint batch (installed by `KeyedWatermarksExtensions`) because that
+ * A rule of the analyzer's hint batch (installed by [[SparkHooks]]) because that
  * batch runs before the resolution batch, whose `ResolveWriteToStream` applies Spark's check
  * to the same `WriteToStreamStatement`; a check rule would run after it. It only looks at the
  * root of each plan and never changes it.
@@ -19,7 +19,7 @@ private[keyedwatermarks] object OutputModeCheck extends Rule[LogicalPlan] {
   override def apply(plan: LogicalPlan): LogicalPlan = {
     plan match {
       case w: WriteToStreamStatement
-          if w.outputMode == OutputMode.Complete() && w.inputQuery.exists(KeyedStages.isKeyedStage) =>
+          if w.outputMode == OutputMode.Complete() && w.inputQuery.exists(AfterKeyedStageCheck.isKeyedStage) =>
         throw new IllegalArgumentException(
           "outputMode: 'complete' is not supported for a keyed query (keyed_watermark(...).agg(...)): its " +
             "result is no streaming aggregation Spark could re-emit whole in every micro-batch. Use " +
