@@ -36,9 +36,10 @@ only read with ``sources``). Per key the *held* watermark never moves backward:
 - with ``arrival_ms`` (the arrival clock, ``idle_clock='arrival'``, the default): the same rule
   on the stream's arrival clock instead of processing time: ``P`` is then ``A_N``, the max
   arrival time (ms) over the rows of the batches before N (any row with an arrival time, valid
-  or not; 0 before the first), and a key's last arrival is the max arrival time of its rows (a
-  null arrival counts as ``A_N``). One trailing no-data batch runs when ``A`` advanced in the
-  last batch.
+  or not; 0 before the first), a key's last arrival is the max arrival time of its rows and at
+  least ``A_N`` (a null arrival counts as ``A_N``), and the rule decides at the start of the batch,
+  before its rows (a key idle at ``A_N`` has its windows emitted even if it has rows in batch N,
+  which are then late). One trailing no-data batch runs when ``A`` advanced in the last batch.
 
 ``E_N`` is Spark's: ``max over rows of batches < N of floor(t / 1000) ms - lateness``,
 undefined in batch 0; one trailing no-data batch runs when ``E`` advanced in the last batch.
@@ -162,6 +163,10 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
             e_ms = spark_watermark_ms(global_max_ms, policy.lateness)
             e = None if e_ms is None else e_ms * 1000
         keys_in_batch = {r[0] for r in batch if r[0] is not None and r[1] is not None}
+        if policy.idle_timeout is not None and arrival_ms is not None:
+            # The arrival clock decides at the start of the batch, before its rows.
+            _idle_keys(n, arrival_clock, policy.idle_timeout // 1000, size, known, held, last_arrival,
+                       quiet_since, open_windows, res, forget=(max_t, key_lateness, trails, source_max, counts))
         known |= keys_in_batch  # a key has state (its watermark record) from its first row on
         for key in known:
             raise_to(key, floor_of(key, e))
@@ -232,7 +237,8 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
             elif arrival_ms is not None:
                 arrived = [arrival_clock if a is None else a
                            for r, a in zip(batch, arrival_ms[n]) if r[0] == key and r[1] is not None]
-                last_arrival[key] = max(arrived + ([last_arrival[key]] if key in last_arrival else []))
+                # At least the clock as it stands: a row is never heard before the clock it is read at.
+                last_arrival[key] = max(arrived + [arrival_clock] + ([last_arrival[key]] if key in last_arrival else []))
                 quiet_since.pop(key, None)
         if policy.fleet and e is not None:  # the event-time timers of keys without rows
             earliest: Dict[Hashable, int] = {}
@@ -246,9 +252,8 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
             if w is not None and start + size <= w:
                 res.emitted.append((key, start, start + size, n, tuple(sorted(open_windows[(key, start)]))))
                 del open_windows[(key, start)]
-        if policy.idle_timeout is not None:
-            now = processing_ms[n] if processing_ms is not None else arrival_clock
-            _idle_keys(n, now, policy.idle_timeout // 1000, size, known, held, last_arrival,
+        if policy.idle_timeout is not None and processing_ms is not None:
+            _idle_keys(n, processing_ms[n], policy.idle_timeout // 1000, size, known, held, last_arrival,
                        quiet_since, open_windows, res, forget=(max_t, key_lateness, trails, source_max, counts))
         if uses_global:
             # Keys left without open windows leave state (all of it: watermark, lateness, sketch,
