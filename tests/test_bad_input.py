@@ -177,7 +177,7 @@ def test_non_positive_idle_timeout(events, bad):
     ({"idle_timeout": "1 minute", "arrival_time": "nope"}, AnalysisException, "nope"),
     ({"idle_timeout": "1 minute", "arrival_time": "temp"}, IllegalArgumentException,
      "^arrival_time: column 'temp' must be of type TIMESTAMP .* but it is DOUBLE"),
-    ({"idle_timeout": "1 minute", "arrival_time": F.col("ts_str")}, IllegalArgumentException,
+    (lambda: {"idle_timeout": "1 minute", "arrival_time": F.col("ts_str")}, IllegalArgumentException,
      "^arrival_time: column 'ts_str' must be of type TIMESTAMP"),
     ({"arrival_time": "ts"}, IllegalArgumentException, "^arrival_time: only the idle options read it"),
     ({"idle_timeout": "1 minute", "idle_clock": "processing_time", "arrival_time": "ts"}, IllegalArgumentException,
@@ -194,6 +194,7 @@ def test_non_positive_idle_timeout(events, bad):
     ({"arrival_time": 5}, PySparkTypeError, "^arrival_time: expected a column name or a Column"),
 ])
 def test_bad_arrival_clock_options(events, options, error, message):
+    options = options() if callable(options) else options
     with pytest.raises(error, match=message):
         _keyed(events, **options)
 

@@ -172,7 +172,7 @@ class HeldWatermarkSuite extends AnyFunSuite {
       val at = floor.reaches(t, record).get
       val clockMicros = (ms: Long) => ms * 1000L
       def floorAt(ms: Long) = floor.clock match {
-        case ProcessingTimeClock => floor.floor(record, ms, Undefined)
+        case ProcessingTimeClock | ArrivalClock => floor.floor(record, ms, Undefined)
         case EventTimeClock => floor.floor(record, 0L, clockMicros(ms))
       }
       assert(floorAt(at) >= t, s"$floor at $at does not reach $t")

@@ -511,7 +511,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     val update = batch.update
     val record = update.record
     val now = IdleClockNow(policy, timerValues)
-    idleStep(keyValues, batch, timerValues, tally = true).foreach(out => return out.iterator)
+    val idled = idleStep(keyValues, batch, timerValues, tally = true)
+    if (idled.isDefined) return idled.get.iterator
     val idle = isIdle(record, now)
     if (batch.windows.isEmpty && !policy.floors.forall(_.appliesAtStart)) {
       // closing='fleet': a key kept without windows until the skew bound reached it leaves now.
