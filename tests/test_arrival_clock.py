@@ -74,9 +74,9 @@ def run_available_now(spark, root: Path, name: str):
 
 
 def results(spark, root: Path, name: str):
-    rows = spark.read.parquet(str(root / name)).collect()
-    windows = Counter((r.device, int((r.window.start - ts(BASE)).total_seconds()), r.n, r.s)
-                      for r in rows if r.kw_kind == "window")
+    rows = spark.read.parquet(str(root / name)).select(
+        "device", F.unix_micros("window.start").alias("start"), "n", "s", "kw_kind", "kw_late_rows").collect()
+    windows = Counter((r.device, (r.start - BASE) // SECOND, r.n, r.s) for r in rows if r.kw_kind == "window")
     late = Counter()
     for r in rows:
         if r.kw_kind == "late":
