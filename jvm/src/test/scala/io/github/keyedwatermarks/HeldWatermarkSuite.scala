@@ -62,7 +62,8 @@ class HeldWatermarkSuite extends AnyFunSuite {
       WatermarkPolicy(5000000L, floors = Seq(IdleAdvanceFloor(10000L)), idle = Some(IdleRule.AdvanceWhenIdle(10000L)))
     val wm = new HeldWatermark(policy, HeldWatermark.freshRecord(5000000L))
     wm.observe(100000000L)
-    assert(wm.advanceWithRows(wm.proposal(5000000L), nowMs = 1000L, globalWatermark = Undefined, arrivalMs = 1000L) == 95000000L)
+    assert(wm.advanceWithRows(wm.proposal(5000000L), nowMs = 1000L, globalWatermark = Undefined,
+      arrivalMs = 1000L) == 95000000L)
     assert(wm.applyFloors(nowMs = 11000L, globalWatermark = Undefined) == 95000000L, "not idle before the timeout")
     assert(wm.applyFloors(nowMs = 14000L, globalWatermark = Undefined) == 98000000L, "3 s idle: 3 s further")
   }
@@ -101,7 +102,8 @@ class HeldWatermarkSuite extends AnyFunSuite {
     wm.observe(1000L)
     fleet.learn(wm.record, maxBefore = Undefined, global = 1030L) // the key's watermark (its max) trails E by 30
     assert(wm.record.fleetSkew == 30L && wm.record.fleetReference == 1030L)
-    assert(wm.advanceWithRows(Undefined, nowMs = 0L, globalWatermark = 1030L, arrivalMs = 0L) == 1000L, "E - 30, capped at the max")
+    assert(wm.advanceWithRows(Undefined, nowMs = 0L, globalWatermark = 1030L, arrivalMs = 0L) == 1000L,
+      "E - 30, capped at the max")
     assert(wm.applyFloors(0L, 5000L) == 4900L, "at the start only E - max_skew applies")
     assert(wm.advanceWithoutRows(Undefined, 0L, 5000L) == 4900L,
       "the fleet floor (capped at the max, 1000) is below E - max_skew")

@@ -532,7 +532,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
 
   /** Whether the key has been silent for idle_timeout at the idle clock's `now`. */
   private def isIdle(record: KeyRecord, now: Long): Boolean =
-    record.lastArrivalMs != HeldWatermark.NoArrival && policy.idle.exists(rule => now - record.lastArrivalMs >= rule.timeoutMillis)
+    record.lastArrivalMs != HeldWatermark.NoArrival && policy.idle.exists(rule =>
+      now - record.lastArrivalMs >= rule.timeoutMillis)
 
   /**
    * The idle rule at the idle clock's now: an idle key's unfired windows are emitted (unless

@@ -81,7 +81,8 @@ private[keyedwatermarks] object PartialAggregation {
         AttributeReference(n, LongType, nullable = false)()) ++
       inputs.take(keyCount)
     val node = KeyedPartialAggregate(
-      inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source, gap, dedup, arrival),
+      inputs.take(keyCount), inputs(keyCount), kept,
+      PolicyColumns(lateness, keepEventTimes, source, gap, dedup, arrival),
       windows, aggregation, inputs, payload, output, new TwoLevelMapChoice, child)
     Partials(SparkBridge.ofRows(session, node), payload)
   }

@@ -75,7 +75,8 @@ private[keyedwatermarks] object KeyedPlanner {
     val emitter = new WindowEmitter(ref.resultSchema, input.keys.map(ref.schema.fieldIndex).toArray,
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
       withRevision = spec.windows.allowedLateness.isDefined && !spec.emission.withPaneColumns, spec.emission)
-    val partials = PartialAggregation(ArrivalWatermark.track(projected.frame, policy), input.keys.size, windows, aggregation,
+    val partials = PartialAggregation(ArrivalWatermark.track(projected.frame, policy), input.keys.size, windows,
+      aggregation,
       spec.aggregation.keepLateRows,
       keepEventTimes = policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
     val operatorPlan = OperatorPlan(

@@ -2,8 +2,8 @@ package io.github.keyedwatermarks.planner
 
 import io.github.keyedwatermarks.spec.{DefaultSkew, IdleClock, KeyLateness, SkewOf, Unbounded, WatermarkSpec}
 import io.github.keyedwatermarks.watermark.{
-  AdaptiveLateness, ArrivalClock, ColumnLateness, FixedLateness, FleetFloor, GlobalWatermarkFloor, IdleAdvanceFloor, IdleRule,
-  LatenessSource, ProcessingTimeClock, ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
+  AdaptiveLateness, ArrivalClock, ColumnLateness, FixedLateness, FleetFloor, GlobalWatermarkFloor, IdleAdvanceFloor,
+  IdleRule, LatenessSource, ProcessingTimeClock, ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
 }
 
 /** The engine's watermark policy for a [[WatermarkSpec]] (what the operator reads on executors). */

@@ -77,4 +77,4 @@ private[keyedwatermarks] final case class WatermarkPolicy(
   /** closing='fleet': its floor (a val: the operator asks for every partial). */
   val fleet: Option[FleetFloor] = floors.collectFirst { case f: FleetFloor => f }
 
-  }
+}
