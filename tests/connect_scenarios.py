@@ -99,6 +99,10 @@ QUERIES: Dict[str, Callable[[DataFrame], DataFrame]] = {
     # Per-key dedup: a device's later rows through a gateway it already used are copies until
     # the first row's window closes.
     "dedup": lambda e: _keyed(e, dedup=["gw"]).window("10 seconds").agg_with_report(*_aggs(), keep_late_rows=True),
+    # Idle keys on the arrival clock (the arrival_time Column travels through the option seam).
+    "idle_arrival_clock": lambda e: _keyed(e, idle_timeout="20 seconds", arrival_time=F.col("ts"))
+    .window("10 seconds")
+    .agg_with_report(*_aggs()),
     # A pipeline: per device, then rolled up over the whole fleet (min of the devices).
     "rollup": lambda e: kw.rollup(_keyed(e).window("10 seconds").agg(*_aggs()).withColumn("fleet", F.lit("all")),
                                   key="fleet", source="device")
@@ -243,6 +247,9 @@ BAD_INPUTS: Dict[str, Callable[[DataFrame, DataFrame], Any]] = {
     "empty_agg": lambda e, b: _keyed(e).window("10 seconds").agg_with_report(),
     "duplicate_result_name": lambda e, b: _keyed(e).window("10 seconds").agg(F.count("*").alias("device")),
     "agg_not_a_column": lambda e, b: _keyed(e).window("10 seconds").agg("temp"),
+    "idle_without_arrival_time": lambda e, b: _keyed(e, idle_timeout="1 minute"),
+    "arrival_time_not_timestamp": lambda e, b: _keyed(e, idle_timeout="1 minute", arrival_time="gw"),
+    "bad_idle_clock": lambda e, b: _keyed(e, idle_timeout="1 minute", idle_clock="wall"),
 }
 
 _KINDS = (IllegalArgumentException, AnalysisException, PySparkTypeError, PySparkValueError, PySparkRuntimeError)

@@ -14,7 +14,6 @@ import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 class CatalystAggregationSuite extends SparkSuite {
   override protected def runsQueries: Boolean = false
 
-
   private def aggregates: Seq[Column] = Seq(
     count(lit(1)).as("n"), count(col("temp")).as("n_temp"), sum("temp").as("s"), avg("temp").as("a"),
     min("temp").as("lo"), max("temp").as("hi"), stddev("temp").as("sd"), variance("temp").as("var"),

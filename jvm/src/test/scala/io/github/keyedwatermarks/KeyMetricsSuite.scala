@@ -8,7 +8,6 @@ import io.github.keyedwatermarks.watermark.HeldWatermark
 class KeyMetricsSuite extends SparkSuite {
   override protected def runsQueries: Boolean = false
 
-
   /** The value of nearest rank ceil(q * n) (at least 1) of `values`, by sorting them all. */
   private def nearestRank(values: Seq[Long], q: Double): Long = {
     val sorted = values.sorted

@@ -7,7 +7,6 @@ import io.github.keyedwatermarks.window.{SlidingWindows, TumblingWindows}
 class WindowAssignerSuite extends SparkSuite {
   override protected def runsQueries: Boolean = false
 
-
   test("tumbling windows are epoch-aligned half-open intervals") {
     val w = TumblingWindows(10L)
     assert(w.lastWindowStart(0) == 0 && w.lastWindowStart(9) == 0 && w.lastWindowStart(10) == 10)

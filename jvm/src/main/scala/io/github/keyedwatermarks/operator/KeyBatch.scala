@@ -7,7 +7,7 @@ import org.apache.spark.sql.streaming.TimerValues
 import io.github.keyedwatermarks.emission.{KeyTally, WindowEmitter}
 import io.github.keyedwatermarks.partials.PartialLayout
 import io.github.keyedwatermarks.state.{KeyState, KeyWindows, OpenWindow, StoredKey}
-import io.github.keyedwatermarks.watermark.{HeldWatermark, WatermarkPolicy}
+import io.github.keyedwatermarks.watermark.{HeldWatermark, IdleClockNow, WatermarkPolicy}
 import io.github.keyedwatermarks.window.AlignedWindows
 
 /**
@@ -36,8 +36,7 @@ private[operator] final class KeyBatch(
   val intervals = mutable.ArrayBuffer.empty[OpenWindow]
   /** The event-time timer registered for the key now, if any. */
   var eventTimerMs: Option[Long] = loaded.map(_.eventTimerMs).filter(_ != KeyState.NoTimer)
-  val update = new WatermarkAdvance(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
-    globalWatermark)
+  val update = new WatermarkAdvance(policy, state, record, layout, IdleClockNow(policy, timerValues), globalWatermark)
   /** Processing time of the call: the micro-batch's timestamp (constant within the batch). */
   val nowMs: Long = timerValues.getCurrentProcessingTimeInMs()
   /** Whether the key left state in this call. */
@@ -56,7 +55,7 @@ private[operator] final class KeyBatch(
    */
   def store(lateRows: Long): Unit = {
     record.lateRows += lateRows
-    if (windows.isEmpty && policy.releasable(record, timerValues.getCurrentProcessingTimeInMs(), globalWatermark))
+    if (windows.isEmpty && policy.releasable(record, IdleClockNow(policy, timerValues), globalWatermark))
       release()
     else {
       state.dedupEntries.foreach(_.flush(record.watermark))

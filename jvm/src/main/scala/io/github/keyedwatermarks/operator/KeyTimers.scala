@@ -5,9 +5,7 @@ import scala.collection.mutable
 import org.apache.spark.sql.streaming.{StatefulProcessorHandle, TimerValues}
 
 import io.github.keyedwatermarks.state.OpenWindow
-import io.github.keyedwatermarks.watermark.{
-  EventTimeClock, HeldWatermark, KeyRecord, ProcessingTimeClock, WatermarkPolicy
-}
+import io.github.keyedwatermarks.watermark.{EventTimeClock, HeldWatermark, IdleClockNow, KeyRecord, WatermarkPolicy}
 
 /**
  * Where a key's timers go (only for policies that follow a clock): the event-time rule (max_skew,
@@ -17,9 +15,10 @@ import io.github.keyedwatermarks.watermark.{
  */
 private[operator] final class KeyTimers(
     handle: StatefulProcessorHandle, policy: WatermarkPolicy, closing: WindowClosing) {
-  // The floors by the clock of their timers (event time: Spark's global watermark).
+  // The floors by the clock of their timers (event time: Spark's global watermark; the others
+  // follow the wall clock or the arrival clock, whose timers scheduleProcessingTimer sets).
   private val eventTimeFloors = policy.floors.filter(_.clock == EventTimeClock)
-  private val processingTimeFloors = policy.floors.filter(_.clock == ProcessingTimeClock)
+  private val processingTimeFloors = policy.floors.filter(_.clock != EventTimeClock)
 
   /**
    * The key's event-time timer (max_skew, closing='global') for the state about to be stored:
@@ -95,12 +94,14 @@ private[operator] final class KeyTimers(
   private val FirstEventTimerMs = 1L
 
   /**
-   * Registers the key's next processing-time timer (policies that follow the wall clock): when
-   * the key turns idle or is forgotten, when a source turns idle, or when the clock will close
-   * the key's earliest open window. (Event-time timers: [[placeEventTimer]].)
+   * Registers the key's next timer on the idle clock or the wall clock (a processing-time timer,
+   * or an event-time timer on the arrival clock: see watermark.IdleClockNow): when the key turns
+   * idle or is forgotten, when a source turns idle, or when the clock will close the key's
+   * earliest open window. (Event-time timers of the floors on Spark's global watermark:
+   * [[placeEventTimer]].)
    */
   def scheduleProcessingTimer(batch: KeyBatch, timerValues: TimerValues): Unit = {
-    if (!policy.usesProcessingTimers || policy.usesGlobalWatermark) return
+    if (!policy.usesClockTimers || policy.usesGlobalWatermark) return
     handle.listTimers().foreach(t => handle.deleteTimer(t))
     if (batch.released) return
     val record = batch.update.record
@@ -108,7 +109,7 @@ private[operator] final class KeyTimers(
     val next =
       if (batch.windows.isEmpty) None else Some(batch.windows.values.map(closing.threshold(_, record.watermark)).min)
     val times = mutable.ArrayBuffer.empty[Long]
-    val now = timerValues.getCurrentProcessingTimeInMs()
+    val now = IdleClockNow(policy, timerValues)
     policy.idle.foreach(rule => times ++= rule.nextTimer(record, hasOpenWindows = next.isDefined))
     next.foreach(t => processingTimeFloors.foreach(f => times ++= f.reaches(t, record)))
     times ++= batch.update.sourceIdleTimes

@@ -12,7 +12,7 @@ import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 import io.github.keyedwatermarks.partials.PartialLayout
 import io.github.keyedwatermarks.emission.{KeyTally, WindowEmitter}
 import io.github.keyedwatermarks.state.{KeyState, KeyWindows, OpenWindow, StageRecord}
-import io.github.keyedwatermarks.watermark.HeldWatermark
+import io.github.keyedwatermarks.watermark.{HeldWatermark, IdleClockNow}
 import io.github.keyedwatermarks.window.{AlignedWindows, SessionWindows}
 
 /**
@@ -40,6 +40,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   @transient private var keyWindows: KeyWindows = _
   @transient private var timers: KeyTimers = _
   @transient private var firing: WindowFiring = _
+  @transient private var idleKeys: IdleKeys = _
   @transient private lazy val keys = new RowConverter(plan.keySchema)
   private val layout = PartialLayout(plan.payloadSchema)
   private val payloadFields = plan.payloadSchema.length
@@ -63,6 +64,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     keyWindows = new KeyWindows(state.windowRows, agg, plan.windows)
     timers = new KeyTimers(getHandle, policy, closing)
     firing = new WindowFiring(agg, plan.emitter, plan.panes, plan.windows, closing)
+    idleKeys = new IdleKeys(getHandle, state, policy, firing, timers)
   }
 
   /**
@@ -100,8 +102,18 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    * fire (`close`).
    */
   override def handleInputRows(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] = {
-    val batch = keyBatch(timerValues)
     val keyValues = this.keyValues(key)
+    // On the arrival clock the idle rule decides at the start of the batch, before its rows (at
+    // the clock Spark's watermark gives the batch, on the key's state from earlier batches), so a
+    // data batch decides as a no-data batch at the same clock would: docs/semantics.md, "Idle keys".
+    val (idleOut, batch) = {
+      val first = keyBatch(timerValues)
+      if (!policy.usesArrivalClock || !first.existed) (Nil, first)
+      else idleKeys.step(keyValues, first, timerValues) match {
+        case Some(out) => (out, keyBatch(timerValues)) // stored or forgotten: load it again
+        case None => (Nil, first)
+      }
+    }
     val update = batch.update
     val watermarkAtStart = update.atStart
     var late = 0L
@@ -132,7 +144,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       else Iterator.empty
     timers.scheduleProcessingTimer(batch, timerValues)
     tallyKey(batch, hadRows = true)
-    emitted.iterator ++ lateOut ++ held
+    idleOut.iterator ++ emitted.iterator ++ lateOut ++ held
   }
 
   /**
@@ -197,27 +209,13 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     val keyValues = this.keyValues(key)
     val update = batch.update
     val record = update.record
-    val now = timerValues.getCurrentProcessingTimeInMs()
-    val idleFor = if (record.lastArrivalMs == HeldWatermark.NoArrival) -1L else now - record.lastArrivalMs
-    val idle = policy.idle.exists(rule => idleFor >= rule.timeoutMillis)
-    val forgotten = policy.idle.exists(_.forgotten(record, now))
-    if (idle && (policy.idle.exists(_.emitsWhenIdle) || forgotten)) {
-      val out = firing.emitUnfired(keyValues, batch, update.atStart)
-      if (forgotten) {
-        state.clear()
-        getHandle.listTimers().foreach(t => getHandle.deleteTimer(t))
-        batch.released = true
-      } else {
-        // The windows just emitted are final: the watermark moves past them (so rows for them
-        // are late from now on) and the key keeps only its record until it is forgotten.
-        batch.windows.clear()
-        if (record.quietSinceMs == HeldWatermark.NoArrival) record.quietSinceMs = now
-        batch.store(0L)
-        timers.scheduleProcessingTimer(batch, timerValues)
-      }
+    val now = IdleClockNow(policy, timerValues)
+    val idled = idleKeys.step(keyValues, batch, timerValues)
+    if (idled.isDefined) {
       tallyKey(batch, hadRows = false)
-      return out.iterator
+      return idled.get.iterator
     }
+    val idle = idleKeys.isIdle(record, now)
     if (batch.windows.isEmpty && !policy.floors.forall(_.appliesAtStart)) {
       // closing='fleet': a key kept without windows until the skew bound reached it leaves now.
       batch.store(0L)

@@ -1,7 +1,7 @@
 package io.github.keyedwatermarks.planner
 
 import org.apache.spark.sql.{DataFrame, functions => F}
-import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.plans.logical.{EventTimeWatermark, LogicalPlan}
 
 import io.github.keyedwatermarks.partials.PartialColumns
 import io.github.keyedwatermarks.spec.WatermarkSpec
@@ -36,13 +36,23 @@ private[keyedwatermarks] object GlobalWatermark {
    * upstream without any watermark leaves nothing to follow: refused, naming the options.
    */
   def followOrTrack(partials: DataFrame, spec: WatermarkSpec, upstream: LogicalPlan): DataFrame =
-    if (KeyedStages.watermarkUpstream(upstream)) partials
+    if (arrivalClockUpstream(upstream)) throw new IllegalArgumentException(
+      "max_skew / closing: this keyed stage follows Spark's global watermark on event time, but an upstream " +
+        "keyed stage's idle options define it on the arrival time (arrival_time: the arrival clock), so it " +
+        "does not measure event time; set max_skew='unbounded' on this stage")
+    else if (KeyedStages.watermarkUpstream(upstream)) partials
     else if (KeyedStages.statefulUpstream(upstream)) throw new IllegalArgumentException(
       "max_skew / closing: this keyed stage follows Spark's global watermark, but a stateful operator " +
         "upstream has none and Spark refuses to define one after it; define it upstream " +
         "(withWatermark before that operator, or leave the upstream keyed stage's max_skew at its default) " +
         "or set max_skew='unbounded' on this stage")
     else track(partials, spec.lateness.text)
+
+  /** Whether Spark's global watermark upstream is an earlier keyed stage's arrival clock (planner.ArrivalWatermark). */
+  def arrivalClockUpstream(upstream: LogicalPlan): Boolean = upstream.exists {
+    case e: EventTimeWatermark => e.eventTime.name == PartialColumns.ArrivalTime
+    case _ => false
+  }
 
   def track(partials: DataFrame, lateness: String): DataFrame =
     partials.withColumn(EventTimeColumn, F.timestamp_micros(partials.col(PartialColumns.MaxEventTime)))
