@@ -56,7 +56,7 @@ def fleet_files(n_files: int, file_every: int = 2, upload_every: int = 6,
     """The fleet's files in arrival order: (arrival second, [(device, event second)]).
 
     File i arrives at second ``file_every * (i + 1)`` and holds each steady device's rows of
-    the seconds since the previous file, and, when its arrival second is a multiple of
+    the seconds [previous file, this file), and, when its arrival second is a multiple of
     ``upload_every``, each uploader's rows of the last ``upload_every`` seconds. ``stop`` maps a
     device to the second after which it sends nothing (a device that goes silent)."""
     stop = stop or {}
@@ -65,10 +65,10 @@ def fleet_files(n_files: int, file_every: int = 2, upload_every: int = 6,
         t = file_every * (i + 1)
         rows = []
         for d in STEADY:
-            rows += [(d, s) for s in range(t - file_every + 1, t + 1)]
+            rows += [(d, s) for s in range(t - file_every, t)]
         if t % upload_every == 0:
             for d in UPLOADERS:
-                rows += [(d, s) for s in range(t - upload_every + 1, t + 1)]
+                rows += [(d, s) for s in range(t - upload_every, t)]
         rows = [(d, s) for d, s in rows if s <= stop.get(d, s)]
         files.append((t, rows))
     return files
@@ -136,7 +136,7 @@ def read_run(spark, out_dir: Path) -> Run:
     return Run(sorted((r.device, r.s - T0, r.n) for r in rows))
 
 
-def keyed_query(spark, input_dir: Path, max_files: Optional[int], **options):
+def keyed_query(spark, input_dir: Path, max_files: Optional[int], report: bool = False, **options):
     """The issue's query over the JSON files of ``input_dir``; ``options`` go to
     ``kw.keyed_watermark`` (e.g. ``idle_timeout``)."""
     import keyed_watermarks as kw
@@ -148,8 +148,10 @@ def keyed_query(spark, input_dir: Path, max_files: Optional[int], **options):
     events = reader.json(str(input_dir))
     if options.pop("with_arrival_column", False):
         events = events.withColumn("arrival", F.col("_metadata.file_modification_time"))
-    return (kw.keyed_watermark(events, key="device", event_time="ts", lateness="2 seconds", **options)
-            .window("10 seconds").agg(F.count("*").alias("n")))
+    windows = (kw.keyed_watermark(events, key="device", event_time="ts", lateness="2 seconds", **options)
+            .window("10 seconds"))
+    n = F.count("*").alias("n")
+    return windows.agg_with_report(n) if report else windows.agg(n)
 
 
 def start(df, out_dir: Path, checkpoint: Path, trigger: Dict[str, object]):
@@ -257,9 +259,37 @@ def wall_clock_run(spark, root: Path, files, scale: float = 1.0, down: Optional[
     return read_run(spark, out)
 
 
+def stop_in_foreach_batch(spark, root: Path, log: Callable[[str], None]) -> None:
+    """Stops a query while its ``kw.foreach_batch`` writer runs a Spark job (as an outage that
+    begins mid-batch does): Spark cancels the job, the writer's call fails in Python, and Spark
+    decides from the error Python returns whether the failure was the stop's."""
+    import keyed_watermarks as kw
+
+    files = fleet_files(4)
+    for i, (t, rows) in enumerate(files):
+        write_file(root / "input", i, t, rows)
+    writing = threading.Event()
+
+    def results(df, batch_id: int) -> None:
+        df.write.mode("append").parquet(str(root / "out"))
+        writing.set()
+        # A job that outlasts the stop: Spark cancels it, the call below raises.
+        df.sparkSession.sql("SELECT reflect('java.lang.Thread', 'sleep', CAST(60000 AS BIGINT))").collect()
+
+    df = keyed_query(spark, root / "input", 1, report=True)
+    query = (df.writeStream.foreachBatch(kw.foreach_batch(results=results))
+             .option("checkpointLocation", str(root / "checkpoint")).start())
+    if not writing.wait(600):
+        raise RuntimeError(f"the first batch did not reach its writer: {query.exception()}")
+    time.sleep(1)
+    log("stopping the query mid-batch")
+    query.stop()
+    log(f"stopped; exception: {query.exception()}")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["wall-clock"])
+    p.add_argument("mode", choices=["wall-clock", "stop-in-foreach-batch"])
     p.add_argument("--root", required=True)
     p.add_argument("--scale", type=float, default=1.0, help="wall time per second of arrival time")
     p.add_argument("--files", type=int, default=30)
@@ -276,15 +306,21 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     spark = kw.configure(
         SparkSession.builder.master("local[2]").appName("outage-runner")
         .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
     ).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    files = fleet_files(args.files)
     root = Path(args.root)
-    idle = f"{int(8000 * args.scale)} milliseconds"
 
     def log(s: str) -> None:
         print(f"[outage-runner {time.strftime('%H:%M:%S')}] {s}", file=sys.stderr, flush=True)
+
+    if args.mode == "stop-in-foreach-batch":
+        stop_in_foreach_batch(spark, root, log)
+        time.sleep(2)  # the stream thread's last words reach stderr
+        spark.stop()
+        return
+    files = fleet_files(args.files)
+    idle = f"{int(8000 * args.scale)} milliseconds"
 
     log("live run")
     live = wall_clock_run(spark, root / "live", files, args.scale, idle_timeout=idle, log=log)

@@ -68,3 +68,61 @@ def test_wall_clock_outage_loses_nothing_and_logs_no_broadcast_error(tmp_path):
     for d, s, n in result["down"]["rows"]:
         sums[(d, s)] = sums.get((d, s), 0) + n
     assert sums == {(d, s): n for d, s, n in live["rows"]}
+
+
+def _stream_execution(spark):
+    """Spark's StreamExecution object (its package moved in Spark 4.1)."""
+    jvm = spark._jvm
+    for name in ("org.apache.spark.sql.execution.streaming.runtime.StreamExecution",
+                 "org.apache.spark.sql.execution.streaming.StreamExecution"):
+        try:
+            cls = jvm.java.lang.Class.forName(name + "$")
+            return cls.getField("MODULE$").get(None)
+        except Exception:  # noqa: BLE001 - try the next package
+            continue
+    raise AssertionError("no StreamExecution in this Spark")
+
+
+def test_foreach_batch_reports_a_stop_in_one_line_spark_recognises(spark):
+    """A writer interrupted by ``query.stop()``: ``kw.foreach_batch`` re-raises it as one line
+    that Spark's own check (``StreamExecution.isInterruptionException`` on the py4j exception
+    Python's error becomes) reads as the stop; any other error is re-raised unchanged."""
+    import keyed_watermarks as kw
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm
+    batch = spark.createDataFrame([("a", 3, "window", None, None)],
+                                  "device STRING, n BIGINT, kw_kind STRING, kw_late_rows BIGINT, kw_watermark TIMESTAMP")
+
+    def interrupted(df, batch_id):
+        future = jvm.java.util.concurrent.CompletableFuture()
+        future.completeExceptionally(jvm.java.lang.InterruptedException("sleep interrupted"))
+        future.get()  # ExecutionException caused by the InterruptedException
+
+    with pytest.raises(Exception) as info:
+        kw.foreach_batch(results=interrupted)(batch, 4)
+    text = str(info.value)
+    assert "java.lang.InterruptedException" in text and "batch 4" in text and len(text) < 600
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    proxy_error = jvm.py4j.Py4JException(
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
+        f"  File \"x.py\", line 1, in write\n{type(info.value).__module__}.{type(info.value).__name__}: {text}\n")
+    assert _stream_execution(spark).isInterruptionException(proxy_error, spark.sparkContext._jsc.sc())
+
+    def failing(df, batch_id):
+        jvm.java.lang.Integer.parseInt("not a number")
+
+    with pytest.raises(Py4JJavaError, match="NumberFormatException"):
+        kw.foreach_batch(results=failing)(batch, 5)
+
+
+@pytest.mark.slow
+def test_stop_mid_foreach_batch_has_no_regex_stack_overflow(tmp_path):
+    """Issue 39's ``StackOverflowError`` of 1,024 ``java.util.regex.Pattern`` frames: a query
+    stopped while its ``kw.foreach_batch`` writer runs a job (its own JVM, stderr captured)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "outage_runner.py"), "stop-in-foreach-batch", "--root", str(tmp_path)],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "stopped; exception: None" in proc.stderr, proc.stderr[-4000:]
+    assert "StackOverflowError" not in proc.stderr and "java.util.regex" not in proc.stderr, proc.stderr[-6000:]
