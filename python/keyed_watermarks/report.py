@@ -110,8 +110,8 @@ def foreach_batch(
 
 def _stopped_by(error: BaseException) -> Optional[str]:
     """The Java exception (class: message) in ``error``'s causes that says the query's
-    ``stop()`` interrupted this foreachBatch call (an interrupt, or the cancelled job group of
-    the micro-batch), or None.
+    ``stop()`` interrupted this foreachBatch call (an interrupt, or the micro-batch's job
+    cancelled: ``SPARK_JOB_CANCELLED``, "cancelled part of cancelled job group"), or None.
 
     Why: the error a Python foreachBatch function raises reaches Spark as a py4j exception whose
     message is the whole Python traceback, with the Java stack trace of each Py4JJavaError in
@@ -136,9 +136,8 @@ def _stopped_by(error: BaseException) -> Optional[str]:
                 throwable = throwable.getCause()
             except Exception:  # the JVM is gone: nothing to tell it
                 return None
-            if name in _INTERRUPTIONS or (
-                name == "org.apache.spark.SparkException" and "cancelled" in message and "job group" in message
-            ):
+            cancelled = "SPARK_JOB_CANCELLED" in message or ("cancelled" in message and "job group" in message)
+            if name in _INTERRUPTIONS or (name == "org.apache.spark.SparkException" and cancelled):
                 return f"{name}: {message}".strip().rstrip(":")[:300]
         exc = exc.__cause__ or exc.__context__
     return None
