@@ -101,9 +101,11 @@ CONFIGS: Dict[str, tuple] = {
                  lambda: {"adaptive_lateness": kw.AdaptiveLateness(0.9, max="5 minutes")}, False),
     "sources": ('keyed, min of inputs (`source="src"`)', lambda: {"source": "src"}, False),
     "closing_global": ('keyed, `closing="global"`', lambda: {"closing": "global"}, False),
-    "idle_timeout": (f'keyed, `idle_timeout="{IDLE}"` (processing time)', lambda: {"idle_timeout": IDLE}, True),
-    "advance_when_idle": (f'keyed, `idle_timeout="{IDLE}", advance_when_idle=True`',
-                          lambda: {"idle_timeout": IDLE, "advance_when_idle": True}, True),
+    "idle_timeout": (f'keyed, `idle_timeout="{IDLE}"` (processing time)',
+                     lambda: {"idle_timeout": IDLE, "idle_clock": "processing_time"}, True),
+    "advance_when_idle": (f'keyed, `idle_timeout="{IDLE}", advance_when_idle=True` (processing time)',
+                          lambda: {"idle_timeout": IDLE, "advance_when_idle": True, "idle_clock": "processing_time"},
+                          True),
 }
 
 

@@ -87,7 +87,8 @@ def keyed(idle: bool):
 
     def build(events):
         return (kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds",
-                                   idle_timeout="2 seconds" if idle else None)
+                                   idle_timeout="2 seconds" if idle else None,
+                                   idle_clock="processing_time" if idle else None)
                 .window("10 seconds").agg(F.count("*").alias("n"), F.avg("temp").alias("mean")))
     return build
 

@@ -33,6 +33,13 @@ only read with ``sources``). Per key the *held* watermark never moves backward:
   rows are late from then on, and a proposal below it is an attempted regression), and it
   keeps only its record; it is forgotten (all state, its watermark undefined again) once it has
   been idle without windows for T more, or without rows for 2T.
+- with ``arrival_ms`` (the arrival clock, ``idle_clock='arrival'``, the default): the same rule
+  on the stream's arrival clock instead of processing time: ``P`` is then ``A_N``, the max
+  arrival time (ms) over the rows of the batches before N (any row with an arrival time, valid
+  or not; 0 before the first), a key's last arrival is the max arrival time of its rows and at
+  least ``A_N`` (a null arrival counts as ``A_N``), and the rule decides at the start of the batch,
+  before its rows (a key idle at ``A_N`` has its windows emitted even if it has rows in batch N,
+  which are then late). One trailing no-data batch runs when ``A`` advanced in the last batch.
 
 ``E_N`` is Spark's: ``max over rows of batches < N of floor(t / 1000) ms - lateness``,
 undefined in batch 0; one trailing no-data batch runs when ``E`` advanced in the last batch.
@@ -93,12 +100,17 @@ def nearest_rank(values: Sequence[int], q: float) -> int:
 
 
 def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: Policy,
-                     processing_ms: Optional[Sequence[int]] = None) -> PolicyResult:
-    """``processing_ms``: each batch's processing time in milliseconds (with ``idle_timeout``;
-    an empty batch is a no-data batch, in which only timers act)."""
+                     processing_ms: Optional[Sequence[int]] = None,
+                     arrival_ms: Optional[Sequence[Sequence[Optional[int]]]] = None) -> PolicyResult:
+    """``processing_ms``: each batch's processing time in milliseconds (with ``idle_timeout``
+    on the wall clock; an empty batch is a no-data batch, in which only timers act).
+    ``arrival_ms``: instead, each row's arrival time in milliseconds (or None), in the shape of
+    ``batches``: idleness on the arrival clock."""
     res = PolicyResult()
     if policy.idle_timeout is not None:
-        assert policy.max_skew is None and not policy.global_closing and processing_ms is not None
+        assert policy.max_skew is None and not policy.global_closing
+        assert (processing_ms is None) != (arrival_ms is None)
+    arrival_clock = 0  # A_N: the max arrival (ms) of the batches before N
     last_arrival: Dict[Hashable, int] = {}  # ms: the key's last batch with rows
     quiet_since: Dict[Hashable, int] = {}  # ms: since when the idle key has had no window
     held: Dict[Hashable, Optional[int]] = {}
@@ -132,13 +144,29 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
 
     all_batches = list(batches)
     n = 0
-    while n < len(all_batches) or (uses_global and n == len(all_batches) and _advanced(all_batches, policy)):
+    def more() -> bool:
+        if n < len(all_batches):
+            return True
+        if n > len(all_batches):
+            return False
+        if uses_global:
+            return _advanced(all_batches, policy)
+        # The arrival clock: one no-data batch after a last batch that moved it.
+        return arrival_ms is not None and bool(all_batches) and _clock(arrival_ms, n) > _clock(arrival_ms, n - 1)
+
+    while more():
         batch = all_batches[n] if n < len(all_batches) else []
+        if arrival_ms is not None:
+            arrival_clock = _clock(arrival_ms, n)
         e = None
         if uses_global:
             e_ms = spark_watermark_ms(global_max_ms, policy.lateness)
             e = None if e_ms is None else e_ms * 1000
         keys_in_batch = {r[0] for r in batch if r[0] is not None and r[1] is not None}
+        if policy.idle_timeout is not None and arrival_ms is not None:
+            # The arrival clock decides at the start of the batch, before its rows.
+            _idle_keys(n, arrival_clock, policy.idle_timeout // 1000, size, known, held, last_arrival,
+                       quiet_since, open_windows, res, forget=(max_t, key_lateness, trails, source_max, counts))
         known |= keys_in_batch  # a key has state (its watermark record) from its first row on
         for key in known:
             raise_to(key, floor_of(key, e))
@@ -206,6 +234,12 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
             if processing_ms is not None:
                 last_arrival[key] = processing_ms[n]
                 quiet_since.pop(key, None)
+            elif arrival_ms is not None:
+                arrived = [arrival_clock if a is None else a
+                           for r, a in zip(batch, arrival_ms[n]) if r[0] == key and r[1] is not None]
+                # At least the clock as it stands: a row is never heard before the clock it is read at.
+                last_arrival[key] = max(arrived + [arrival_clock] + ([last_arrival[key]] if key in last_arrival else []))
+                quiet_since.pop(key, None)
         if policy.fleet and e is not None:  # the event-time timers of keys without rows
             earliest: Dict[Hashable, int] = {}
             for k, start in open_windows:
@@ -218,7 +252,7 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
             if w is not None and start + size <= w:
                 res.emitted.append((key, start, start + size, n, tuple(sorted(open_windows[(key, start)]))))
                 del open_windows[(key, start)]
-        if policy.idle_timeout is not None:
+        if policy.idle_timeout is not None and processing_ms is not None:
             _idle_keys(n, processing_ms[n], policy.idle_timeout // 1000, size, known, held, last_arrival,
                        quiet_since, open_windows, res, forget=(max_t, key_lateness, trails, source_max, counts))
         if uses_global:
@@ -260,6 +294,11 @@ def _idle_keys(n, now, timeout, size, known, held, last_arrival, quiet_since, op
             res.released.append((n, key))
         else:
             quiet_since.setdefault(key, now)
+
+
+def _clock(arrival_ms: Sequence[Sequence[Optional[int]]], n: int) -> int:
+    """The arrival clock of batch ``n``: the max arrival time of the batches before it (0: none)."""
+    return max((a for batch in arrival_ms[:n] for a in batch if a is not None), default=0)
 
 
 def _advanced(batches: Sequence[Sequence[PolicyRow]], policy: Policy) -> bool:

@@ -166,6 +166,51 @@ def test_non_positive_idle_timeout(events, bad):
         _keyed(events, idle_timeout=bad)
 
 
+@pytest.mark.parametrize("options, error, message", [
+    # The idle options follow the stream's arrival clock by default: they need arrival_time.
+    ({"idle_timeout": "1 minute"}, IllegalArgumentException,
+     "^idle_timeout: idleness is measured on the stream's arrival clock .*arrival_time.*'timestamp'.*"
+     "_metadata.file_modification_time.*idle_clock='processing_time'.*not outage-safe"),
+    ({"idle_timeout": "1 minute", "advance_when_idle": True}, IllegalArgumentException, "^idle_timeout: .*arrival_time"),
+    ({"source": "site", "source_idle_timeout": "1 minute"}, IllegalArgumentException,
+     "^source_idle_timeout: idleness is measured on the stream's arrival clock .*arrival_time"),
+    ({"idle_timeout": "1 minute", "arrival_time": "nope"}, AnalysisException, "nope"),
+    ({"idle_timeout": "1 minute", "arrival_time": "temp"}, IllegalArgumentException,
+     "^arrival_time: column 'temp' must be of type TIMESTAMP .* but it is DOUBLE"),
+    (lambda: {"idle_timeout": "1 minute", "arrival_time": F.col("ts_str")}, IllegalArgumentException,
+     "^arrival_time: column 'ts_str' must be of type TIMESTAMP"),
+    ({"arrival_time": "ts"}, IllegalArgumentException, "^arrival_time: only the idle options read it"),
+    ({"idle_timeout": "1 minute", "idle_clock": "processing_time", "arrival_time": "ts"}, IllegalArgumentException,
+     "^arrival_time: not read with idle_clock='processing_time'"),
+    ({"idle_clock": "wall"}, IllegalArgumentException, "^idle_clock: expected 'arrival' or 'processing_time', got 'wall'"),
+    ({"clock": "processing_time", "idle_clock": "arrival"}, IllegalArgumentException,
+     "^idle_clock='arrival' cannot be combined with clock='processing_time'"),
+    # One query, one global watermark: the arrival clock's, or the event-time one of max_skew/closing.
+    ({"idle_timeout": "1 minute", "arrival_time": "ts", "max_skew": "1 minute"}, IllegalArgumentException,
+     "^max_skew follows Spark's global event-time watermark .*idle_timeout on the arrival clock"),
+    ({"idle_timeout": "1 minute", "max_skew": "1 minute"}, IllegalArgumentException, "^max_skew follows"),
+    ({"idle_timeout": "1 minute", "arrival_time": "ts", "closing": "fleet"}, IllegalArgumentException,
+     "^closing='fleet' follows Spark's global event-time watermark .*arrival clock"),
+    ({"arrival_time": 5}, PySparkTypeError, "^arrival_time: expected a column name or a Column"),
+])
+def test_bad_arrival_clock_options(events, options, error, message):
+    options = options() if callable(options) else options
+    with pytest.raises(error, match=message):
+        _keyed(events, **options)
+
+
+def test_arrival_clock_after_an_upstream_watermark_is_refused(events):
+    with pytest.raises(IllegalArgumentException, match="^arrival_time: the arrival clock is Spark's global watermark"):
+        _keyed(events.withWatermark("ts", "1 minute"), idle_timeout="1 minute", arrival_time="ts")
+
+
+def test_arrival_clock_and_wall_clock_accepted(events):
+    arrival = _keyed(events, idle_timeout="1 minute", arrival_time="ts", advance_when_idle=True)
+    wall = _keyed(events, idle_timeout="1 minute", idle_clock="processing_time")
+    for k in (arrival, wall):
+        assert k.window("10 seconds").agg(F.count("*").alias("n")).isStreaming
+
+
 def test_duration_of_wrong_type(events):
     with pytest.raises(PySparkTypeError, match="^lateness: expected a duration string"):
         _keyed(events, lateness=5)

@@ -1,7 +1,7 @@
 """The watermark policies (docs/semantics.md, "Watermark policies" and "Idle keys"), in memory,
 against the policy model (tests/policy_model.py), with at least 100 generated cases per policy:
 per-key lateness (a column or a mapping), adaptive lateness, min of sources, the skew bound
-(max_skew, with per-key or adaptive lateness), closing='global', closing='fleet' and idle_timeout.
+(max_skew, with per-key or adaptive lateness), closing='global', closing='fleet' and idle_timeout (on the wall clock and on the arrival clock).
 
 Each case drives the operator over the in-memory state store and timers of Spark's TwsTester
 (jvm/src/test/scala/.../testing/OperatorHarness.scala), micro-batch by micro-batch, with the
@@ -203,7 +203,8 @@ def processing_schedule(draw, n_batches: int) -> Tuple[List[int], List[int]]:
 @in_memory
 @given(data=st.data(), lateness_s=st.sampled_from([0, 5]), numeric=st.booleans())
 def test_idle_timeout_in_memory(harness, data, lateness_s, numeric):
-    """idle_timeout: a key without rows for that long (processing time) has its open windows
+    """idle_timeout on the wall clock (idle_clock='processing_time'): a key without rows for that
+    long (processing time) has its open windows
     emitted and its watermark raised past them, so its rows for them are late; idle without
     windows for the timeout more (or without rows for twice it) it is forgotten and starts over."""
     rows = data.draw(policy_stream())
@@ -213,4 +214,63 @@ def test_idle_timeout_in_memory(harness, data, lateness_s, numeric):
         batches[n] = rows[i]
     policy = Policy(lateness_s * SECOND, max_skew=None, idle_timeout=IDLE_S * SECOND)
     run_case(harness, batches, lateness_s, policy, numeric,
-             options(lateness_s, idle_timeout=f"{IDLE_S} seconds"), clocks=[(0, t) for t in times])
+             options(lateness_s, idle_timeout=f"{IDLE_S} seconds", idle_clock="processing_time"),
+             clocks=[(0, t) for t in times])
+
+
+ARRIVAL_SCHEMA = POLICY_SCHEMA + ", arr TIMESTAMP"
+
+
+@st.composite
+def arrival_schedule(draw, batches) -> Tuple[List[List[tuple]], List[List[Optional[int]]]]:
+    """The stream's arrival times: each data batch arrives some time after the one before (gaps
+    around the idle timeout, up to more than twice it), each row within a second of it or with a
+    null arrival time, a row's arrival possibly older than an earlier batch's (a slow uploader);
+    after a batch that moved the clock Spark may run a no-data batch (no rows arrived by the next
+    trigger). Returns the batches (empty: a no-data batch) and each row's arrival (ms or None)."""
+    gap_ms = st.sampled_from([0, 1_000, 3_000, 9_999, 10_000, 12_000, 25_000]).map(int)
+    now = BASE_MS
+    out: List[List[tuple]] = []
+    arrivals: List[List[Optional[int]]] = []
+    for rows in batches:
+        now += draw(gap_ms)
+        out.append(rows)
+        arrivals.append([draw(st.one_of(st.none(), st.integers(now - 15_000, now + 999))) for _ in rows])
+        if rows and any(a is not None for a in arrivals[-1]) and draw(st.booleans()):
+            out.append([])
+            arrivals.append([])
+    return out, arrivals
+
+
+BASE_MS = 1_700_000_000_000
+
+
+def arrival_clocks(arrivals: List[List[Optional[int]]]) -> List[Tuple[int, int]]:
+    """Per batch, Spark's global watermark on the arrival time (the max arrival of the batches
+    before, 0 before the first) and a processing time; plus the trailing no-data batch Spark runs
+    when the last batch moved it."""
+    marks = [max((a for b in arrivals[:n] for a in b if a is not None), default=0)
+             for n in range(len(arrivals) + 1)]
+    count = len(arrivals) + (1 if marks[-1] > marks[-2] else 0)
+    return [(marks[n], 1000 * (n + 1)) for n in range(count)]
+
+
+@in_memory
+@given(data=st.data(), lateness_s=st.sampled_from([0, 5]), numeric=st.booleans())
+def test_idle_timeout_on_arrival_clock_in_memory(harness, data, lateness_s, numeric):
+    """idle_timeout on the arrival clock (the default, arrival_time=...): "now" is Spark's global
+    watermark on the arrival time (the max arrival of the earlier batches), a key's last arrival
+    the max arrival time of its rows (null: the clock as it stands); the same idle rule as on the
+    wall clock, decided per batch by event-time timers."""
+    rows = data.draw(policy_stream())
+    batches, arrivals = data.draw(arrival_schedule(rows))
+    opts = options(lateness_s, idle_timeout=f"{IDLE_S} seconds")
+    h = harness(opts, aggs(numeric), {"arrival_time": F.col("arr")}, schema=ARRIVAL_SCHEMA)
+    assert h.timeModeName() == "EventTime"  # the arrival clock: event-time timers, availableNow ends
+    clocks = arrival_clocks(arrivals)
+    policy = Policy(lateness_s * SECOND, max_skew=None, idle_timeout=IDLE_S * SECOND)
+    model = run_policy_model(batches, WINDOW_S * SECOND, policy, arrival_ms=arrivals)
+    note(f"options={opts} clocks={clocks} arrivals={arrivals} model={model}")
+    rows_in = [[r + [None if a is None else a * 1000] for r, a in zip(b, arr)]
+               for b, arr in zip(policy_rows(batches), arrivals)]
+    check(run_in_memory(h, rows_in, "window", clocks), model, numeric, len(clocks))

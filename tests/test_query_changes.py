@@ -43,8 +43,9 @@ CHANGES = {
     "key columns changed": (lambda e: kw.keyed_watermark(e, key="gw", event_time="ts", lateness="5 seconds")
                             .window("10 seconds").agg_with_report(*sq._aggs()),
                             "written for other key columns (device string) than this query's (gw string)"),
-    # Spark's own check, before the first micro-batch: idle_timeout needs processing-time timers.
-    "idle_timeout added": (lambda e: keyed(e, idle_timeout="1 minute").window("10 seconds")
+    # Spark's own check, before the first micro-batch: idle_timeout on the wall clock needs
+    # processing-time timers.
+    "idle_timeout added": (lambda e: keyed(e, idle_timeout="1 minute", idle_clock="processing_time").window("10 seconds")
                            .agg_with_report(*sq._aggs()), "Cannot change timeMode from EventTime to ProcessingTime"),
 }
 

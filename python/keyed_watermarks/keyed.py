@@ -314,6 +314,8 @@ def keyed_watermark(
     name: Optional[str] = None,
     dedup: Union[str, Sequence[str], None] = None,
     metrics: Optional[str] = None,
+    arrival_time: Union[str, Column, None] = None,
+    idle_clock: Optional[str] = None,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
@@ -322,9 +324,11 @@ def keyed_watermark(
     :param lateness: how far a key's watermark trails its max event time, as a Spark
         duration string (``"5 seconds"``) or ``datetime.timedelta``; the default for
         ``key_lateness``.
-    :param idle_timeout: optional processing-time duration after which a silent key is idle:
-        its open windows are emitted and its state dropped (or, with ``advance_when_idle``,
-        its watermark advances with the wall clock, keeping the lag it had).
+    :param idle_timeout: optional duration after which a silent key is idle: its open windows
+        are emitted and its state dropped (or, with ``advance_when_idle``, its watermark
+        advances with the idle clock, keeping the lag it had). Silence is measured on the
+        stream's arrival clock (needs ``arrival_time``; outage-safe) unless
+        ``idle_clock="processing_time"`` names the wall clock (see docs/semantics.md, "Idle keys").
     :param key_lateness: per-key lateness: a Column of durations (null: ``lateness``) or a
         dict ``{key value: duration}`` for a single key column.
     :param adaptive_lateness: learn each key's lateness from its out-of-orderness
@@ -357,6 +361,14 @@ def keyed_watermark(
         id) its key already had within the key's horizon is dropped before aggregation and
         counted as ``duplicate_rows`` in :func:`metrics` (see docs/semantics.md,
         "Deduplication"). Key columns may not be listed (deduplication is per key already).
+    :param arrival_time: the TIMESTAMP column (name or Column) of each row's arrival time, the
+        clock of ``idle_timeout`` and ``source_idle_timeout``: e.g. Kafka's ``timestamp``, the file
+        source's ``_metadata.file_modification_time`` or a column of your own. The fleet's clock is
+        the max arrival time of the earlier micro-batches (Spark's watermark on it, kept in the
+        checkpoint), so a query that was down or catches up decides as it would have live.
+    :param idle_clock: the idle options' clock: ``"arrival"`` (default; needs ``arrival_time``) or
+        ``"processing_time"``: the query's wall clock between micro-batches, not outage-safe (a
+        query that was down, or reads a backlog, sees every key silent).
     :param metrics: what :func:`metrics` reports per micro-batch: ``"keys"`` (default) the
         output counts plus the per-key metrics (keys in the batch, new and released keys,
         watermark lag quantiles, stuck keys); ``"counts"`` only the counts (windows emitted,
@@ -406,6 +418,12 @@ def keyed_watermark(
         if not isinstance(source, Column):
             raise PySparkTypeError(message="source: expected a column name or a Column")
         columns["source"] = source
+    if arrival_time is not None:
+        if isinstance(arrival_time, str):
+            arrival_time = F.col(arrival_time)
+        if not isinstance(arrival_time, Column):
+            raise PySparkTypeError(message="arrival_time: expected a column name or a Column")
+        columns["arrival_time"] = arrival_time
     if sources is not None:
         if isinstance(sources, str) or not all(isinstance(n, str) for n in sources):
             raise PySparkTypeError(message=f"sources: expected a list of strings, got {sources!r}")
@@ -429,6 +447,7 @@ def keyed_watermark(
             "name": name,
             "dedup": None if dedup is None else _names("dedup", dedup),
             "metrics": metrics,
+            "idle_clock": idle_clock,
         }
     )
     return KeyedWatermark._from_options(events, options, columns)

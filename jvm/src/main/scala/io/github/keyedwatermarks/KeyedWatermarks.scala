@@ -73,12 +73,22 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
   def withProcessingTime(): KeyedWatermark = copy(spec.copy(processingTimeClock = true))
 
   /**
-   * A key with no rows for `timeout` (processing time) is idle: all its windows are emitted and
-   * its state dropped, or with `advance` its watermark advances with the wall clock from then
-   * on, keeping the lag it had.
+   * A key with no rows for `timeout` on the idle clock is idle: all its windows are emitted and
+   * its state dropped, or with `advance` its watermark advances with the idle clock from then
+   * on, keeping the lag it had. The idle clock is the stream's arrival clock (needs
+   * [[withArrivalTime]]) unless [[withIdleClock]] names the wall clock (docs/semantics.md, "Idle keys").
    */
   def withIdleTimeout(timeout: String, advance: Boolean = false): KeyedWatermark =
     copy(spec.copy(idleTimeout = Some(DurationOption.positive("idle_timeout", timeout)), advanceWhenIdle = advance))
+
+  /**
+   * Each row's arrival (ingestion) time, a TIMESTAMP column (Kafka's `timestamp`, the file
+   * source's `_metadata.file_modification_time`, ...): the arrival clock of the idle options.
+   */
+  def withArrivalTime(arrivalTime: Column): KeyedWatermark = copy(spec.copy(arrivalTime = Some(arrivalTime)))
+
+  /** The idle options' clock: "arrival" (the default) or "processing_time" (the wall clock; not outage-safe). */
+  def withIdleClock(clock: String): KeyedWatermark = copy(spec.copy(idleClock = Some(IdleClock.parse(clock))))
 
   /**
    * A key's watermark is held at most `maxSkew` behind Spark's global watermark (default: one

@@ -50,7 +50,7 @@ class ClockPolicySuite extends SparkSuite {
 
   test("advance_when_idle: a silent key's watermark follows the wall clock after the timeout, keeping its lag") {
     val input = MemoryStream[Event](Encoders.product[Event], spark)
-    val q = query(input.toDF(), 0L)(_.withIdleTimeout("10 seconds", advance = true))
+    val q = query(input.toDF(), 0L)(_.withIdleTimeout("10 seconds", advance = true).withIdleClock("processing_time"))
     try {
       input.addData(Event("a", t(100), 1.0))
       q.step() // at 1 s: wm(a) = 95 s; [100, 110) needs 15 s more after 10 s of silence
@@ -67,6 +67,7 @@ class ClockPolicySuite extends SparkSuite {
     val input = MemoryStream[SourcedEvent](Encoders.product[SourcedEvent], spark)
     val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "0 seconds")
       .withSources(col("src"), Seq("gw1", "gw2"), Some("10 seconds"))
+      .withIdleClock("processing_time")
       .window("10 seconds").aggWithReport(count(lit(1)).as("n"))
     val q = new ManualClockQuery(out, tempDir(), 0L)
     try {

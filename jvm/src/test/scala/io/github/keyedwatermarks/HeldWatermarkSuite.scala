@@ -2,7 +2,7 @@ package io.github.keyedwatermarks
 
 import org.scalatest.funsuite.AnyFunSuite
 
-import io.github.keyedwatermarks.spec.{DurationOption, SkewBound, SkewOf, Unbounded, WatermarkSpec}
+import io.github.keyedwatermarks.spec.{DurationOption, IdleClock, SkewBound, SkewOf, Unbounded, WatermarkSpec}
 import io.github.keyedwatermarks.planner.WatermarkPolicies
 import io.github.keyedwatermarks.watermark._
 
@@ -22,7 +22,7 @@ class HeldWatermarkSuite extends AnyFunSuite {
   /** One batch of rows with the bounded-lateness proposal. */
   private def batch(wm: HeldWatermark, lateness: Long, times: Long*): Long = {
     times.foreach(wm.observe)
-    wm.advanceWithRows(wm.proposal(lateness), nowMs = 0L, globalWatermark = Undefined)
+    wm.advanceWithRows(wm.proposal(lateness), nowMs = 0L, globalWatermark = Undefined, arrivalMs = 0L)
   }
 
   test("undefined until the first row, then max event time minus lateness") {
@@ -62,7 +62,7 @@ class HeldWatermarkSuite extends AnyFunSuite {
       WatermarkPolicy(5000000L, floors = Seq(IdleAdvanceFloor(10000L)), idle = Some(IdleRule.AdvanceWhenIdle(10000L)))
     val wm = new HeldWatermark(policy, HeldWatermark.freshRecord(5000000L))
     wm.observe(100000000L)
-    assert(wm.advanceWithRows(wm.proposal(5000000L), nowMs = 1000L, globalWatermark = Undefined) == 95000000L)
+    assert(wm.advanceWithRows(wm.proposal(5000000L), nowMs = 1000L, globalWatermark = Undefined, arrivalMs = 1000L) == 95000000L)
     assert(wm.applyFloors(nowMs = 11000L, globalWatermark = Undefined) == 95000000L, "not idle before the timeout")
     assert(wm.applyFloors(nowMs = 14000L, globalWatermark = Undefined) == 98000000L, "3 s idle: 3 s further")
   }
@@ -70,7 +70,7 @@ class HeldWatermarkSuite extends AnyFunSuite {
   test("max_skew holds a key at most that far behind the global watermark; global closing equals it") {
     val skew = new HeldWatermark(WatermarkPolicy(0L, floors = Seq(SkewFloor(10L, 0L))), HeldWatermark.freshRecord(0L))
     skew.observe(5L)
-    assert(skew.advanceWithRows(skew.proposal(0L), 0L, globalWatermark = 100L) == 90L)
+    assert(skew.advanceWithRows(skew.proposal(0L), 0L, globalWatermark = 100L, arrivalMs = 0L) == 90L)
     val global = new HeldWatermark(WatermarkPolicy(0L, Proposal.ClockOnly, Seq(GlobalWatermarkFloor)),
       HeldWatermark.freshRecord(0L))
     assert(global.applyFloors(0L, globalWatermark = 77L) == 77L)
@@ -101,7 +101,7 @@ class HeldWatermarkSuite extends AnyFunSuite {
     wm.observe(1000L)
     fleet.learn(wm.record, maxBefore = Undefined, global = 1030L) // the key's watermark (its max) trails E by 30
     assert(wm.record.fleetSkew == 30L && wm.record.fleetReference == 1030L)
-    assert(wm.advanceWithRows(Undefined, nowMs = 0L, globalWatermark = 1030L) == 1000L, "E - 30, capped at the max")
+    assert(wm.advanceWithRows(Undefined, nowMs = 0L, globalWatermark = 1030L, arrivalMs = 0L) == 1000L, "E - 30, capped at the max")
     assert(wm.applyFloors(0L, 5000L) == 4900L, "at the start only E - max_skew applies")
     assert(wm.advanceWithoutRows(Undefined, 0L, 5000L) == 4900L,
       "the fleet floor (capped at the max, 1000) is below E - max_skew")
@@ -135,6 +135,7 @@ class HeldWatermarkSuite extends AnyFunSuite {
     assert(spec().policy.maxSkewMicros.contains(3600L * 1000 * 1000))
     assert(spec(_.copy(maxSkew = Unbounded)).policy.maxSkewMicros.isEmpty)
     assert(spec(_.copy(idleTimeout = idle)).policy.maxSkewMicros.isEmpty)
+    assert(spec(_.copy(idleTimeout = idle, idleClock = Some(IdleClock.ProcessingTime))).policy.maxSkewMicros.isEmpty)
     assert(spec(_.copy(processingTimeClock = true)).policy.maxSkewMicros.isEmpty)
     assert(spec(_.copy(globalClosing = true)).policy.maxSkewMicros.isEmpty)
     assert(SkewBound.parse("unbounded") == Unbounded && SkewBound.parse("2 seconds") == SkewOf(2000000L))
@@ -142,10 +143,18 @@ class HeldWatermarkSuite extends AnyFunSuite {
 
   test("each option becomes its components; the time mode follows from the floors' clocks") {
     val idle = Some(DurationOption("idle_timeout", "1 second"))
-    val emit = spec(_.copy(idleTimeout = idle)).policy
+    val wall = Some(IdleClock.ProcessingTime)
+    val emit = spec(_.copy(idleTimeout = idle, idleClock = wall)).policy
     assert(emit.idle.contains(IdleRule.EmitWhenIdle(1000L)) && emit.floors.isEmpty)
     assert(emit.usesProcessingTimers && !emit.usesGlobalWatermark && !emit.releasesKeysWithoutWindows)
-    val advance = spec(_.copy(idleTimeout = idle, advanceWhenIdle = true)).policy
+    // The arrival clock (the default): event-time timers on Spark's watermark over the arrival time.
+    val arrival = spec(_.copy(idleTimeout = idle)).policy
+    assert(arrival.idle.contains(IdleRule.EmitWhenIdle(1000L)) && arrival.floors.isEmpty)
+    assert(arrival.usesArrivalClock && arrival.usesClockTimers && !arrival.usesProcessingTimers)
+    assert(!arrival.usesGlobalWatermark && !arrival.releasesKeysWithoutWindows)
+    val onArrival = spec(_.copy(idleTimeout = idle, advanceWhenIdle = true)).policy
+    assert(onArrival.floors == Seq(IdleAdvanceFloor(1000L, ArrivalClock)))
+    val advance = spec(_.copy(idleTimeout = idle, advanceWhenIdle = true, idleClock = wall)).policy
     assert(advance.idle.contains(IdleRule.AdvanceWhenIdle(1000L)) && advance.floors == Seq(IdleAdvanceFloor(1000L)))
     assert(!advance.releasesKeysWithoutWindows, "an idle key's own wall-clock advance does not cover a returning key")
     val global = spec(_.copy(globalClosing = true)).policy
@@ -163,7 +172,7 @@ class HeldWatermarkSuite extends AnyFunSuite {
       val at = floor.reaches(t, record).get
       val clockMicros = (ms: Long) => ms * 1000L
       def floorAt(ms: Long) = floor.clock match {
-        case ProcessingTimeClock => floor.floor(record, ms, Undefined)
+        case ProcessingTimeClock | ArrivalClock => floor.floor(record, ms, Undefined)
         case EventTimeClock => floor.floor(record, 0L, clockMicros(ms))
       }
       assert(floorAt(at) >= t, s"$floor at $at does not reach $t")

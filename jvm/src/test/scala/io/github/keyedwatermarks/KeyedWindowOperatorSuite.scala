@@ -24,7 +24,8 @@ class KeyedWindowOperatorSuite extends SparkSuite {
 
   private def start(idle: Option[String]) = {
     val input = MemoryStream[Event](Encoders.product[Event], spark)
-    val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "5 seconds", idle)
+    val keyed = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "5 seconds", idle)
+    val out = (if (idle.isDefined) keyed.withIdleClock("processing_time") else keyed)
       .window("10 seconds")
       .aggWithReport(count(lit(1)).as("n"), sum("temp").as("s"))
     (input, new ManualClockQuery(out, tempDir(), 0L))

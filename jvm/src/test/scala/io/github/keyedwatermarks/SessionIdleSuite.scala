@@ -24,6 +24,7 @@ class SessionIdleSuite extends SparkSuite {
     val input = MemoryStream[Event](Encoders.product[Event], spark)
     val aggs = Seq(count(lit(1)).as("n"), sum("temp").as("s"))
     val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "0 seconds", Some("10 seconds"))
+      .withIdleClock("processing_time")
       .session("10 seconds", "20 seconds")
       .aggWithReport(aggs: _*)
     val q = new ManualClockQuery(out, tempDir(), 0L)

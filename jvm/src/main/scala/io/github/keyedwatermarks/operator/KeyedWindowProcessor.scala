@@ -15,7 +15,7 @@ import io.github.keyedwatermarks.emission.{Firing, KeyTally, Pane, WindowEmitter
 import io.github.keyedwatermarks.spec.Emission
 import io.github.keyedwatermarks.state.{KeyState, OpenWindowRows, StageRecord, StoredKey}
 import io.github.keyedwatermarks.watermark.{
-  ClosedWindows, EventTimeClock, HeldWatermark, KeyRecord, ProcessingTimeClock, WatermarkPolicy
+  ClosedWindows, EventTimeClock, HeldWatermark, IdleClockNow, KeyRecord, WatermarkPolicy
 }
 import io.github.keyedwatermarks.window.{AlignedWindows, SessionWindows, WindowAssigner}
 
@@ -64,9 +64,10 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   private val startOrdinal = layout.windowStart
   private def agg = plan.aggregation
   private def policy = plan.policy
-  // The floors by the clock of their timers (event time: Spark's global watermark).
+  // The floors by the clock of their timers (event time: Spark's global watermark; the others
+  // follow the wall clock or the arrival clock, whose timers scheduleProcessingTimer sets).
   private val eventTimeFloors = plan.policy.floors.filter(_.clock == EventTimeClock)
-  private val processingTimeFloors = plan.policy.floors.filter(_.clock == ProcessingTimeClock)
+  private val processingTimeFloors = plan.policy.floors.filter(_.clock != EventTimeClock)
 
   // A window is due (fires revision 0) when the key's watermark passes its end, and expires
   // (leaves state; its rows become late) when the watermark passes end + allowed lateness.
@@ -207,7 +208,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     val intervals = mutable.ArrayBuffer.empty[OpenWindow]
     /** The event-time timer registered for the key now, if any. */
     var eventTimerMs: Option[Long] = loaded.map(_.eventTimerMs).filter(_ != KeyState.NoTimer)
-    val update = new WatermarkAdvance(policy, state, record, layout, timerValues.getCurrentProcessingTimeInMs(),
+    val update = new WatermarkAdvance(policy, state, record, layout, IdleClockNow(policy, timerValues),
       globalWatermark(timerValues))
     /** Processing time of the call: the micro-batch's timestamp (constant within the batch). */
     val nowMs: Long = timerValues.getCurrentProcessingTimeInMs()
@@ -227,7 +228,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
      */
     def store(lateRows: Long): Unit = {
       record.lateRows += lateRows
-      if (windows.isEmpty && policy.releasable(record, timerValues.getCurrentProcessingTimeInMs(),
+      if (windows.isEmpty && policy.releasable(record, IdleClockNow(policy, timerValues),
           globalWatermark(timerValues))) release()
       else {
         state.dedupEntries.foreach(_.flush(record.watermark))
@@ -298,8 +299,18 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    * fire (`close`).
    */
   override def handleInputRows(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] = {
-    val batch = new KeyBatch(timerValues)
     val keyValues = this.keyValues(key)
+    // On the arrival clock the idle rule decides at the start of the batch, before its rows (at
+    // the clock Spark's watermark gives the batch, on the key's state from earlier batches), so a
+    // data batch decides as a no-data batch at the same clock would: docs/semantics.md, "Idle keys".
+    val (idleOut, batch) = {
+      val first = new KeyBatch(timerValues)
+      if (!policy.usesArrivalClock || !first.existed) (Nil, first)
+      else idleStep(keyValues, first, timerValues, tally = false) match {
+        case Some(out) => (out, new KeyBatch(timerValues)) // stored or forgotten: load it again
+        case None => (Nil, first)
+      }
+    }
     val update = batch.update
     val watermarkAtStart = update.atStart
     var late = 0L
@@ -330,7 +341,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       else Iterator.empty
     scheduleProcessingTimer(batch, timerValues)
     tallyKey(batch, hadRows = true, timerValues)
-    emitted.iterator ++ lateOut ++ held
+    idleOut.iterator ++ emitted.iterator ++ lateOut ++ held
   }
 
   /**
@@ -499,27 +510,10 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     val keyValues = this.keyValues(key)
     val update = batch.update
     val record = update.record
-    val now = timerValues.getCurrentProcessingTimeInMs()
-    val idleFor = if (record.lastArrivalMs == HeldWatermark.NoArrival) -1L else now - record.lastArrivalMs
-    val idle = policy.idle.exists(rule => idleFor >= rule.timeoutMillis)
-    val forgotten = policy.idle.exists(_.forgotten(record, now))
-    if (idle && (policy.idle.exists(_.emitsWhenIdle) || forgotten)) {
-      val out = emitUnfired(keyValues, batch, update.atStart)
-      if (forgotten) {
-        state.clear()
-        getHandle.listTimers().foreach(t => getHandle.deleteTimer(t))
-        batch.released = true
-      } else {
-        // The windows just emitted are final: the watermark moves past them (so rows for them
-        // are late from now on) and the key keeps only its record until it is forgotten.
-        batch.windows.clear()
-        if (record.quietSinceMs == HeldWatermark.NoArrival) record.quietSinceMs = now
-        batch.store(0L)
-        scheduleProcessingTimer(batch, timerValues)
-      }
-      tallyKey(batch, hadRows = false, timerValues)
-      return out.iterator
-    }
+    val now = IdleClockNow(policy, timerValues)
+    val idled = idleStep(keyValues, batch, timerValues, tally = true)
+    if (idled.isDefined) return idled.get.iterator
+    val idle = isIdle(record, now)
     if (batch.windows.isEmpty && !policy.floors.forall(_.appliesAtStart)) {
       // closing='fleet': a key kept without windows until the skew bound reached it leaves now.
       batch.store(0L)
@@ -534,6 +528,38 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     scheduleProcessingTimer(batch, timerValues)
     tallyKey(batch, hadRows = false, timerValues)
     out.iterator
+  }
+
+  /** Whether the key has been silent for idle_timeout at the idle clock's `now`. */
+  private def isIdle(record: KeyRecord, now: Long): Boolean =
+    record.lastArrivalMs != HeldWatermark.NoArrival && policy.idle.exists(rule => now - record.lastArrivalMs >= rule.timeoutMillis)
+
+  /**
+   * The idle rule at the idle clock's now: an idle key's unfired windows are emitted (unless
+   * its watermark advances instead), and a key idle long enough is forgotten. Returns the rows
+   * emitted when it acted (the key then stored or forgotten), None when it did not.
+   */
+  private def idleStep(
+      keyValues: InternalRow, batch: KeyBatch, timerValues: TimerValues, tally: Boolean): Option[Seq[Row]] = {
+    val record = batch.update.record
+    val now = IdleClockNow(policy, timerValues)
+    val forgotten = policy.idle.exists(_.forgotten(record, now))
+    if (!(isIdle(record, now) && (policy.idle.exists(_.emitsWhenIdle) || forgotten))) return None
+    val out = emitUnfired(keyValues, batch, batch.update.atStart)
+    if (forgotten) {
+      state.clear()
+      getHandle.listTimers().foreach(t => getHandle.deleteTimer(t))
+      batch.released = true
+    } else {
+      // The windows just emitted are final: the watermark moves past them (so rows for them
+      // are late from now on) and the key keeps only its record until it is forgotten.
+      batch.windows.clear()
+      if (record.quietSinceMs == HeldWatermark.NoArrival) record.quietSinceMs = now
+      batch.store(0L)
+      scheduleProcessingTimer(batch, timerValues)
+    }
+    if (tally) tallyKey(batch, hadRows = false, timerValues)
+    Some(out)
   }
 
   /**
@@ -580,12 +606,13 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   private val FirstEventTimerMs = 1L
 
   /**
-   * Registers the key's next processing-time timer (policies that follow the wall clock): when
-   * the key turns idle or is forgotten, when a source turns idle, or when the clock will close
-   * the key's earliest open window. (Event-time timers: KeyBatch.placeEventTimer.)
+   * Registers the key's next timer on the idle clock or the wall clock (a processing-time timer,
+   * or an event-time timer on the arrival clock: see IdleClockNow): when the key turns idle or
+   * is forgotten, when a source turns idle, or when the clock will close the key's earliest open
+   * window. (Event-time timers of the floors on Spark's global watermark: KeyBatch.placeEventTimer.)
    */
   private def scheduleProcessingTimer(batch: KeyBatch, timerValues: TimerValues): Unit = {
-    if (!policy.usesProcessingTimers || policy.usesGlobalWatermark) return
+    if (!policy.usesClockTimers || policy.usesGlobalWatermark) return
     val handle = getHandle
     handle.listTimers().foreach(t => handle.deleteTimer(t))
     if (batch.released) return
@@ -594,7 +621,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     val next =
       if (batch.windows.isEmpty) None else Some(batch.windows.values.map(_.threshold(record.watermark)).min)
     val times = mutable.ArrayBuffer.empty[Long]
-    val now = timerValues.getCurrentProcessingTimeInMs()
+    val now = IdleClockNow(policy, timerValues)
     policy.idle.foreach(rule => times ++= rule.nextTimer(record, hasOpenWindows = next.isDefined))
     next.foreach(t => processingTimeFloors.foreach(f => times ++= f.reaches(t, record)))
     times ++= batch.update.sourceIdleTimes

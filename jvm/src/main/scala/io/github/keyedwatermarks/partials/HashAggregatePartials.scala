@@ -82,8 +82,8 @@ private[partials] object HashAggregatePartials {
     // Counted in its last window only, so that a row counts as late once (see OnHeapPartials).
     val rows = Count(lastWindow.fold[Expression](Literal(1))(l => If(l, Literal(1), Literal(null, IntegerType))))
     val maxima =
-      Max(t) +: (column(PartialColumns.Lateness).toSeq ++ column(PartialColumns.RowSessionEnd).toSeq).map(
-        Max(_))
+      Max(t) +: (column(PartialColumns.Lateness).toSeq ++ column(PartialColumns.RowSessionEnd).toSeq ++
+        column(PartialColumns.Arrival).toSeq).map(Max(_))
     val aggregates = p.aggregation.aggregateExpressionsOver(p.inputs).map(_.copy(mode = Partial)) ++
       (rows +: maxima).map(AggregateExpression(_, Partial, isDistinct = false))
     val grouping = p.keys :+ startAttr

@@ -89,6 +89,10 @@ private[partials] final class OnHeapPartials(
             val end = row.getLong(columns.sessionEnd)
             if (end > partial.maxEnd) partial.maxEnd = end
           }
+          if (columns.arrival >= 0) {
+            val a = row.getLong(columns.arrival)
+            if (a > partial.maxArrival) partial.maxArrival = a
+          }
         }
       }
     }
@@ -146,6 +150,7 @@ private[partials] final class Partial(val buffer: InternalRow, val start: Long) 
   var maxEventTime: Long = Long.MinValue
   var maxLateness: Long = Long.MinValue
   var maxEnd: Long = Long.MinValue
+  var maxArrival: Long = Long.MinValue
   /** Event times of the rows this partial counts (adaptive lateness only). */
   lazy val eventTimes = scala.collection.mutable.ArrayBuffer.empty[Long]
   private var kept: scala.collection.mutable.ArrayBuffer[InternalRow] = null

@@ -53,6 +53,7 @@ private[keyedwatermarks] case class KeyedPartialAggregateExec(
         eventTime = ordinal(Some(ts)),
         lateness = ordinal(policyCols.lateness),
         sessionEnd = ordinal(policyCols.gap),
+        arrival = ordinal(policyCols.arrival),
         eventTimes = policyCols.eventTimes,
         kept = ordinal(kept),
         keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0),
@@ -90,6 +91,8 @@ private[partials] final case class PartialInputs(
     eventTime: Int,
     lateness: Int,
     sessionEnd: Int,
+    /** The row's arrival time in micros, never null (Long.MinValue: none); -1 when absent. */
+    arrival: Int,
     eventTimes: Boolean,
     kept: Int,
     keptWidth: Int,
@@ -170,6 +173,7 @@ private final class PartialOutput(
   private lazy val meta = new SpecificInternalRow(Seq(LongType, LongType, LongType))
   private lazy val policyPart = new SpecificInternalRow(
     policyCols.lateness.map(_ => LongType).toSeq ++ policyCols.gap.map(_ => LongType).toSeq ++
+      policyCols.arrival.map(_ => LongType).toSeq ++
       (if (policyCols.eventTimes) Seq(ArrayType(LongType, containsNull = false)) else Nil) ++
       policyCols.source.map(_.dataType).toSeq ++
       policyCols.dedup.toSeq.flatMap(d => Seq(d.dataType, LongType, LongType)) ++ keptType.toSeq)
@@ -194,6 +198,7 @@ private final class PartialOutput(
     var i = 0
     if (policyCols.lateness.isDefined) { policyPart.setLong(i, p.maxLateness); i += 1 }
     if (policyCols.gap.isDefined) { policyPart.setLong(i, p.maxEnd); i += 1 }
+    if (policyCols.arrival.isDefined) { policyPart.setLong(i, p.maxArrival); i += 1 }
     if (policyCols.eventTimes) { policyPart.update(i, new GenericArrayData(p.eventTimes.toArray[Any])); i += 1 }
     policyCols.source.foreach { s => policyPart.update(i, key.get(n + 1, s.dataType)); i += 1 }
     policyCols.dedup.foreach { d =>

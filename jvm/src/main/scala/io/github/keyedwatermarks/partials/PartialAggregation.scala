@@ -62,9 +62,11 @@ private[keyedwatermarks] object PartialAggregation {
     val source = inputs.find(_.name == PartialColumns.Source)
     val gap = inputs.find(_.name == PartialColumns.RowSessionEnd)
     val dedup = inputs.find(_.name == PartialColumns.Dedup)
+    val arrival = inputs.find(_.name == PartialColumns.Arrival)
     val policyOut =
       lateness.map(_ => AttributeReference(PartialColumns.Lateness, LongType, nullable = false)()).toSeq ++
         gap.map(_ => AttributeReference(PartialColumns.SessionEnd, LongType, nullable = false)()).toSeq ++
+        arrival.map(_ => AttributeReference(PartialColumns.Arrival, LongType, nullable = false)()).toSeq ++
         (if (keepEventTimes)
            Seq(AttributeReference(PartialColumns.EventTimes, ArrayType(LongType, containsNull = false),
                nullable = false)())
@@ -79,7 +81,7 @@ private[keyedwatermarks] object PartialAggregation {
         AttributeReference(n, LongType, nullable = false)()) ++
       inputs.take(keyCount)
     val node = KeyedPartialAggregate(
-      inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source, gap, dedup),
+      inputs.take(keyCount), inputs(keyCount), kept, PolicyColumns(lateness, keepEventTimes, source, gap, dedup, arrival),
       windows, aggregation, inputs, payload, output, new TwoLevelMapChoice, child)
     Partials(SparkBridge.ofRows(session, node), payload)
   }
@@ -92,7 +94,9 @@ private[keyedwatermarks] final case class Partials(frame: DataFrame, payloadSche
 private[keyedwatermarks] final case class PolicyColumns(
     lateness: Option[Attribute], eventTimes: Boolean, source: Option[Attribute], gap: Option[Attribute],
     /** The dedup values (a struct): part of the grouping, each partial one row's (see OnHeapPartials). */
-    dedup: Option[Attribute] = None)
+    dedup: Option[Attribute] = None,
+    /** The rows' arrival time in micros (the arrival clock): the partial keeps its max. */
+    arrival: Option[Attribute] = None)
 
 /** Logical node; `inputs` lists every column read so column pruning keeps them. */
 private[keyedwatermarks] case class KeyedPartialAggregate(

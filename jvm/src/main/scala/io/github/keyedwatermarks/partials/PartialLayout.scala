@@ -15,7 +15,7 @@ import org.apache.spark.sql.types.{ArrayType, StructType}
  *  - the stored aggregate buffer fields b0..bn, first, so that a payload row is directly the
  *    right-hand side of CatalystAggregation.merge;
  *  - [[WindowStart]], [[Rows]], [[MaxEventTime]];
- *  - the optional policy fields: [[Lateness]], [[SessionEnd]], [[EventTimes]], [[Source]];
+ *  - the optional policy fields: [[Lateness]], [[SessionEnd]], [[Arrival]], [[EventTimes]], [[Source]];
  *  - with dedup: [[Dedup]], [[DedupPartition]], [[Duplicates]];
  *  - [[KeptRows]], when late rows are kept.
  */
@@ -50,6 +50,15 @@ private[keyedwatermarks] object PartialColumns {
   val SessionEnd = "kw_session_end"
 
   /**
+   * Input: a row's arrival time in microseconds (Long.MinValue when null; the idle options on
+   * the arrival clock); payload: the partial's max.
+   */
+  val Arrival = "kw_arrival_us"
+
+  /** Input: a row's arrival time as a TIMESTAMP, the column of Spark's global watermark (the arrival clock). */
+  val ArrivalTime = "kw_arrival_time"
+
+  /**
    * Input and payload: the row's dedup values, a struct (option `dedup`); part of the grouping,
    * so that a partial holds one row's values (its copies in the partition are dropped there).
    */
@@ -66,7 +75,7 @@ private[keyedwatermarks] object PartialColumns {
 private[keyedwatermarks] final case class PartialLayout(
     windowStart: Int, rows: Int, maxEventTime: Int, lateness: Int, eventTimes: Int, source: Int,
     sessionEnd: Int, kept: Int, keptWidth: Int, dedup: Int = -1, dedupWidth: Int = 0, dedupPartition: Int = -1,
-    duplicates: Int = -1)
+    duplicates: Int = -1, arrival: Int = -1)
 
 private[keyedwatermarks] object PartialLayout {
   def apply(payloadSchema: StructType): PartialLayout = {
@@ -83,6 +92,6 @@ private[keyedwatermarks] object PartialLayout {
       ordinal(PartialColumns.EventTimes), ordinal(PartialColumns.Source),
       ordinal(PartialColumns.SessionEnd), kept, keptWidth, dedup,
       if (dedup < 0) 0 else payloadSchema(dedup).dataType.asInstanceOf[StructType].length,
-      ordinal(PartialColumns.DedupPartition), ordinal(PartialColumns.Duplicates))
+      ordinal(PartialColumns.DedupPartition), ordinal(PartialColumns.Duplicates), ordinal(PartialColumns.Arrival))
   }
 }

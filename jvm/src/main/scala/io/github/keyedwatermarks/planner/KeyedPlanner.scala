@@ -75,7 +75,7 @@ private[keyedwatermarks] object KeyedPlanner {
     val emitter = new WindowEmitter(ref.resultSchema, input.keys.map(ref.schema.fieldIndex).toArray,
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
       withRevision = spec.windows.allowedLateness.isDefined && !spec.emission.withPaneColumns, spec.emission)
-    val partials = PartialAggregation(projected.frame, input.keys.size, windows, aggregation,
+    val partials = PartialAggregation(ArrivalWatermark.track(projected.frame, policy), input.keys.size, windows, aggregation,
       spec.aggregation.keepLateRows,
       keepEventTimes = policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
     val operatorPlan = OperatorPlan(
@@ -211,7 +211,8 @@ private[keyedwatermarks] object KeyedPlanner {
       lateness.map(c => F.coalesce(c, F.lit(w.lateness.micros)).as(PartialColumns.Lateness)).toSeq ++
         source.map(_.as(PartialColumns.Source)).toSeq ++
         sessionEnd.map(_.as(PartialColumns.RowSessionEnd)).toSeq ++
-        (if (w.dedup.isEmpty) Nil else Seq(DedupColumns.values(input, w.dedup).as(PartialColumns.Dedup)))
+        (if (w.dedup.isEmpty) Nil else Seq(DedupColumns.values(input, w.dedup).as(PartialColumns.Dedup))) ++
+        (if (w.idleOnArrival) ArrivalWatermark.columns(w.arrivalTime.get) else Nil)
     ProjectedInput(input, aggregateInputs, spec.aggregation.keepLateRows, policyColumns, source, sessionEnd,
       lateness, w.maxAheadMicros)
   }
@@ -219,12 +220,13 @@ private[keyedwatermarks] object KeyedPlanner {
   /**
    * ProcessingTime mode makes Spark run a no-data batch after every batch (it cannot know when
    * a timer is due), so it is used only when a policy needs processing-time timers. EventTime
-   * mode gives us Spark's global watermark (max_skew, closing='global'); it drops no rows here
-   * because no column of the partials carries watermark metadata.
+   * mode gives us Spark's global watermark (max_skew, closing='global'; or the arrival clock of
+   * the idle options); it drops no rows here because no column of the partials carries
+   * watermark metadata.
    */
   private def timeMode(policy: WatermarkPolicy): TimeMode =
     if (policy.usesProcessingTimers) TimeMode.ProcessingTime()
-    else if (policy.usesGlobalWatermark) TimeMode.EventTime()
+    else if (policy.usesGlobalWatermark || policy.usesArrivalClock) TimeMode.EventTime()
     else TimeMode.None()
 
   /**

@@ -1,7 +1,9 @@
 package io.github.keyedwatermarks.planner
 
-import org.apache.spark.sql.DataFrame
+import org.apache.spark.sql.{Column, DataFrame}
+import org.apache.spark.sql.types.TimestampType
 
+import io.github.keyedwatermarks.catalyst.SparkInternals
 import io.github.keyedwatermarks.input.{DedupColumns, DurationColumn, InputPlan, SessionGap}
 import io.github.keyedwatermarks.shims.SparkVersionCheck
 import io.github.keyedwatermarks.spec.{ColumnGap, FixedGap, KeyLateness, OptionError, Sessions, Sliding, Tumbling}
@@ -30,7 +32,26 @@ private[keyedwatermarks] object SpecChecks {
     w.sources.foreach(s => events.select(s.column)) // an unknown column fails here (AnalysisException)
     DedupColumns.check(w.dedup, input)
     w.validateCombination()
+    w.arrivalTime.foreach(arrivalTime(events, _))
     input
+  }
+
+  /**
+   * arrival_time: a TIMESTAMP column of `events` (an unknown column fails with Spark's
+   * AnalysisException), and a stage that may define Spark's global watermark on it: none is
+   * defined upstream (one per query) and no stateful operator precedes it.
+   */
+  private def arrivalTime(events: DataFrame, column: Column): Unit = {
+    val field = events.select(column).schema.head
+    if (field.dataType != TimestampType) OptionError(
+      s"arrival_time: column '${field.name}' must be of type TIMESTAMP (each row's arrival time), but it is " +
+        s"${field.dataType.sql}; cast it first, e.g. F.col('${field.name}').cast('timestamp')")
+    val upstream = SparkInternals.analyzedPlan(events)
+    if (KeyedStages.watermarkUpstream(upstream) || KeyedStages.statefulUpstream(upstream)) OptionError(
+      "arrival_time: the arrival clock is Spark's global watermark defined on the arrival time, but this stage's " +
+        "input already has a watermark or a stateful operator upstream (Spark keeps one global watermark per " +
+        "query and refuses one after a stateful operator); on this stage use idle_clock='processing_time' " +
+        "(not outage-safe) or max_skew instead of the idle options")
   }
 
   /** The window options (and a gap column's type against `events`). */

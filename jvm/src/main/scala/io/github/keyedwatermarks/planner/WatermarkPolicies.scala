@@ -1,9 +1,9 @@
 package io.github.keyedwatermarks.planner
 
-import io.github.keyedwatermarks.spec.{DefaultSkew, KeyLateness, SkewOf, Unbounded, WatermarkSpec}
+import io.github.keyedwatermarks.spec.{DefaultSkew, IdleClock, KeyLateness, SkewOf, Unbounded, WatermarkSpec}
 import io.github.keyedwatermarks.watermark.{
-  AdaptiveLateness, ColumnLateness, FixedLateness, FleetFloor, GlobalWatermarkFloor, IdleAdvanceFloor, IdleRule,
-  LatenessSource, ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
+  AdaptiveLateness, ArrivalClock, ColumnLateness, FixedLateness, FleetFloor, GlobalWatermarkFloor, IdleAdvanceFloor, IdleRule,
+  LatenessSource, ProcessingTimeClock, ProcessingTimeFloor, Proposal, SkewFloor, SourcePolicy, WatermarkPolicy
 }
 
 /** The engine's watermark policy for a [[WatermarkSpec]] (what the operator reads on executors). */
@@ -27,7 +27,12 @@ private[keyedwatermarks] object WatermarkPolicies {
       // Processing-time policies bound state with their own timers (and cannot follow Spark's
       // event-time watermark in the same query); closing='global' is Spark's watermark itself.
       case DefaultSkew =>
-        if (w.followsWallClock || w.globalClosing) None else Some(WatermarkSpec.DefaultMaxSkewMicros)
+        if (w.followsOwnClock || w.globalClosing) None else Some(WatermarkSpec.DefaultMaxSkewMicros)
+    }
+    // The idle options' clock: the arrival clock (arrival_time) unless the wall clock was named.
+    val idleClock = w.idleClockInForce match {
+      case IdleClock.Arrival => ArrivalClock
+      case IdleClock.ProcessingTime => ProcessingTimeClock
     }
     val floors = Seq(
       if (w.processingTimeClock) Some(ProcessingTimeFloor(w.lateness.micros)) else None,
@@ -35,11 +40,11 @@ private[keyedwatermarks] object WatermarkPolicies {
       skew.map(SkewFloor(_, w.lateness.micros)),
       // closing='fleet': the skew bound above (the default hour unless set) also bounds the learnt skew.
       skew.filter(_ => w.fleetClosing).map(FleetFloor(_, w.lateness.micros)),
-      w.idleTimeout.filter(_ => w.advanceWhenIdle).map(t => IdleAdvanceFloor(t.millis))).flatten
+      w.idleTimeout.filter(_ => w.advanceWhenIdle).map(t => IdleAdvanceFloor(t.millis, idleClock))).flatten
     val idle = w.idleTimeout.map { t =>
       if (w.advanceWhenIdle) IdleRule.AdvanceWhenIdle(t.millis) else IdleRule.EmitWhenIdle(t.millis)
     }
-    WatermarkPolicy(w.lateness.micros, proposal, floors, idle, w.maxAheadMicros, w.stuckAfterMicros)
+    WatermarkPolicy(w.lateness.micros, proposal, floors, idle, w.maxAheadMicros, w.stuckAfterMicros, idleClock)
   }
 
   /** Where each key's lateness comes from. */

@@ -15,16 +15,17 @@ import org.apache.spark.sql.Column
  * {"key": ["device"], "event_time": "ts", "lateness": "5 seconds", "max_skew": "10 minutes",
  *  "window": {"size": "1 minute", "slide": "30 seconds"}, "report": true, "keep_late_rows": true}
  * }}}
- * Columns: "key_lateness" (a per-row duration), "source", "gap" (a per-row session gap).
+ * Columns: "key_lateness" (a per-row duration), "source", "gap" (a per-row session gap),
+ * "arrival_time" (each row's arrival time, for the idle options on the arrival clock).
  */
 object QueryOptions {
   private val mapper = new ObjectMapper()
 
   private val WatermarkOptions = Set("key", "event_time", "lateness", "idle_timeout", "key_lateness",
     "adaptive_lateness", "clock", "advance_when_idle", "max_skew", "closing", "sources", "source_idle_timeout",
-    "max_ahead", "stuck_after", "name", "dedup", "metrics")
+    "max_ahead", "stuck_after", "name", "dedup", "metrics", "arrival_time", "idle_clock")
   private val QueryLevel = WatermarkOptions ++ Set("window", "session", "report", "keep_late_rows")
-  private val ColumnOptions = Set("key_lateness", "source", "gap")
+  private val ColumnOptions = Set("key_lateness", "source", "gap", "arrival_time")
 
   /** The watermark part alone (validated eagerly by `keyed_watermark(...)`). */
   def watermark(json: String, columns: java.util.Map[String, Column]): WatermarkSpec =
@@ -99,7 +100,9 @@ object QueryOptions {
       stageName = o.string("name"),
       fleetClosing = closing == "fleet",
       dedup = o.strings("dedup").getOrElse(Nil),
-      keyMetrics = o.string("metrics").forall(WatermarkSpec.keyMetrics))
+      keyMetrics = o.string("metrics").forall(WatermarkSpec.keyMetrics),
+      arrivalTime = o.column("arrival_time"),
+      idleClock = o.string("idle_clock").map(IdleClock.parse))
   }
 
   private def windows(o: Options): WindowSpec = (o.node("window"), o.node("session")) match {

@@ -38,28 +38,58 @@ final case class WatermarkSpec(
      * keeps only the counts (windows emitted, late rows, held watermarks), so the operator
      * emits no per-key metrics row and the output observation has 3 aggregates instead of 14.
      */
-    keyMetrics: Boolean = true) {
+    keyMetrics: Boolean = true,
+    /**
+     * Option `arrival_time`: each row's arrival (ingestion) time, a TIMESTAMP column; the arrival
+     * clock of the idle options (docs/semantics.md, "Idle keys").
+     */
+    arrivalTime: Option[Column] = None,
+    /** Option `idle_clock` as the user set it (None: the default, see [[idleClockInForce]]). */
+    idleClock: Option[IdleClock] = None) {
+
+  /** The idle options that are set (idle_timeout, source_idle_timeout; advance_when_idle needs the first). */
+  private[keyedwatermarks] def idleOptions: Seq[String] =
+    idleTimeout.map(_ => "idle_timeout").toSeq ++ sources.flatMap(_.idleTimeout).map(_ => "source_idle_timeout")
+
+  /** The clock the idle options follow: the wall clock with clock='processing_time', else idle_clock (default arrival). */
+  private[keyedwatermarks] def idleClockInForce: IdleClock =
+    if (processingTimeClock) IdleClock.ProcessingTime else idleClock.getOrElse(IdleClock.Arrival)
+
+  /** Idle options on the arrival clock: Spark's global watermark is then the arrival time. */
+  private[keyedwatermarks] def idleOnArrival: Boolean =
+    idleOptions.nonEmpty && idleClockInForce == IdleClock.Arrival
 
   /** The options that follow the wall clock (processing-time timers). */
   private[keyedwatermarks] def followsWallClock: Boolean =
-    processingTimeClock || idleTimeout.isDefined || sources.exists(_.idleTimeout.isDefined)
+    processingTimeClock || (idleOptions.nonEmpty && idleClockInForce == IdleClock.ProcessingTime)
+
+  /**
+   * The options that follow a clock of their own (the wall clock, or the arrival clock as the
+   * query's global watermark): the skew bound's default does not apply, and what follows
+   * Spark's global watermark on event time cannot be combined with them.
+   */
+  private[keyedwatermarks] def followsOwnClock: Boolean = followsWallClock || idleOnArrival
 
   /** Rejects option combinations that cannot run in one Spark time mode, naming the options. */
   private[keyedwatermarks] def validateCombination(): Unit = {
     def fail(msg: String): Nothing = OptionError(msg)
-    if (maxSkew.isInstanceOf[SkewOf] && followsWallClock) fail(
-      "max_skew follows Spark's global event-time watermark and cannot be combined with " +
-        "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers " +
-        "(they bound state by processing time instead)")
-    if (globalClosing && followsWallClock) fail(
-      "closing='global' follows Spark's global event-time watermark and cannot be combined with " +
-        "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers")
+    if (processingTimeClock && idleClock.contains(IdleClock.Arrival)) fail(
+      "idle_clock='arrival' cannot be combined with clock='processing_time': that watermark follows the wall " +
+        "clock, and so do its idle options (leave idle_clock out, or use clock='event_time')")
+    val ownClock =
+      if (idleOnArrival) s"${idleOptions.mkString(" and ")} on the arrival clock, which makes the arrival time " +
+        "the query's global watermark (Spark keeps one per query)"
+      else "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers"
+    if (maxSkew.isInstanceOf[SkewOf] && followsOwnClock) fail(
+      s"max_skew follows Spark's global event-time watermark and cannot be combined with $ownClock " +
+        "(these bound state with their own timers instead)")
+    if (globalClosing && followsOwnClock) fail(
+      s"closing='global' follows Spark's global event-time watermark and cannot be combined with $ownClock")
     if (advanceWhenIdle && idleTimeout.isEmpty) fail("advance_when_idle: needs idle_timeout")
     if (globalClosing && (keyLateness != KeyLateness.Fixed || sources.isDefined || maxSkew.isInstanceOf[SkewOf])) fail(
       "closing='global' uses Spark's one global watermark: per-key, adaptive lateness, sources and max_skew do not apply")
-    if (fleetClosing && followsWallClock) fail(
-      "closing='fleet' follows Spark's global event-time watermark and cannot be combined with " +
-        "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers")
+    if (fleetClosing && followsOwnClock) fail(
+      s"closing='fleet' follows Spark's global event-time watermark and cannot be combined with $ownClock")
     if (fleetClosing && (keyLateness != KeyLateness.Fixed || sources.isDefined)) fail(
       "closing='fleet': each key learns its skew behind Spark's global watermark; per-key, adaptive lateness " +
         "and sources do not apply")
@@ -67,6 +97,18 @@ final case class WatermarkSpec(
       "closing='fleet': max_skew bounds the learnt skew and how long a key stays in state; it cannot be 'unbounded'")
     if (processingTimeClock && (keyLateness != KeyLateness.Fixed || sources.isDefined)) fail(
       "clock='processing_time': the watermark follows the wall clock; per-key/adaptive lateness and sources do not apply")
+    idleOptions.headOption.filter(_ => idleOnArrival && arrivalTime.isEmpty).foreach { option =>
+      fail(s"$option: idleness is measured on the stream's arrival clock (idle_clock='arrival', the default), " +
+        "which needs arrival_time: the TIMESTAMP column of each row's arrival time, e.g. Kafka's 'timestamp', " +
+        "the file source's '_metadata.file_modification_time' or a column of your own; or set " +
+        "idle_clock='processing_time' to measure it on the query's wall clock (not outage-safe: a query that was " +
+        "down or is catching up sees every key idle)")
+    }
+    if (arrivalTime.isDefined && !idleOnArrival) fail(
+      if (idleOptions.isEmpty) "arrival_time: only the idle options read it (idle_timeout, source_idle_timeout); " +
+        "set one, or drop arrival_time"
+      else "arrival_time: not read with idle_clock='processing_time' or clock='processing_time' (the idle " +
+        "options then follow the wall clock); drop it, or use the arrival clock (idle_clock='arrival')")
   }
 }
 
@@ -98,6 +140,23 @@ object WatermarkSpec {
     case "keys" => true
     case "counts" => false
     case other => OptionError(s"metrics: expected 'keys' or 'counts', got '$other'")
+  }
+}
+
+/** The clock of the idle options (option `idle_clock`; docs/semantics.md, "Idle keys"). */
+sealed trait IdleClock { def name: String }
+
+object IdleClock {
+  /** The stream's arrival time (arrival_time): outage-safe, the default. */
+  case object Arrival extends IdleClock { val name = "arrival" }
+
+  /** The micro-batch's processing time: the wall clock, by name only (not outage-safe). */
+  case object ProcessingTime extends IdleClock { val name = "processing_time" }
+
+  def parse(text: String): IdleClock = text match {
+    case "arrival" => Arrival
+    case "processing_time" => ProcessingTime
+    case other => OptionError(s"idle_clock: expected 'arrival' or 'processing_time', got '$other'")
   }
 }
 

@@ -8,6 +8,11 @@ private[keyedwatermarks] sealed trait Clock
 private[keyedwatermarks] case object EventTimeClock extends Clock
 /** The micro-batch's processing time (TimeMode.ProcessingTime, processing-time timers). */
 private[keyedwatermarks] case object ProcessingTimeClock extends Clock
+/**
+ * The stream's arrival clock (idle options with arrival_time): Spark's global watermark defined
+ * on the rows' arrival time with delay 0 (TimeMode.EventTime, event-time timers), in ms.
+ */
+private[keyedwatermarks] case object ArrivalClock extends Clock
 
 /**
  * A floor under a key's watermark that follows a clock: it raises the watermark without the
@@ -134,12 +139,13 @@ private[keyedwatermarks] object FleetFloor {
 }
 
 /**
- * advance_when_idle: once a key has been silent for `timeoutMillis`, its watermark follows the
- * wall clock from where it was at its last arrival, keeping its lag. Per key (the key's own
- * arrival), so it does not cover a returning key: the idle rule forgets such keys.
+ * advance_when_idle: once a key has been silent for `timeoutMillis` on the idle clock `clock`
+ * (the arrival clock or the wall clock), its watermark follows that clock from where it was at
+ * its last arrival, keeping its lag. Per key (the key's own arrival), so it does not cover a
+ * returning key: the idle rule forgets such keys. `nowMs` is the idle clock's now.
  */
-private[keyedwatermarks] final case class IdleAdvanceFloor(timeoutMillis: Long) extends ClockFloor {
-  def clock: Clock = ProcessingTimeClock
+private[keyedwatermarks] final case class IdleAdvanceFloor(timeoutMillis: Long, clock: Clock = ProcessingTimeClock)
+    extends ClockFloor {
   def coversReturningKey: Boolean = false
   def floor(record: KeyRecord, nowMs: Long, global: Long): Long =
     if (record.lastArrivalMs == NoArrival || record.arrivalWatermark == Undefined) Undefined

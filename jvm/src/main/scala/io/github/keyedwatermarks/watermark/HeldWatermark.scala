@@ -31,15 +31,17 @@ private[keyedwatermarks] final class HeldWatermark(policy: WatermarkPolicy, val 
 
   /**
    * End of a micro-batch in which the key had rows: applies the proposal (counting an attempted
-   * regression) and the floors, and records the arrival. Returns the watermark.
+   * regression) and the floors, and records the arrival: `arrivalMs`, the max arrival time of the
+   * key's rows on the arrival clock, else the processing time `nowMs`; never moving back. Returns
+   * the watermark.
    */
-  def advanceWithRows(proposal: Long, nowMs: Long, globalWatermark: Long): Long = {
+  def advanceWithRows(proposal: Long, nowMs: Long, globalWatermark: Long, arrivalMs: Long): Long = {
     if (proposal != Undefined) {
       if (record.watermark != Undefined && proposal < record.watermark) record.regressions += 1
       raise(proposal)
     }
     raise(floor(nowMs, globalWatermark))
-    record.lastArrivalMs = nowMs
+    record.lastArrivalMs = max(record.lastArrivalMs, arrivalMs)
     record.arrivalWatermark = record.watermark
     record.quietSinceMs = NoArrival
     record.watermark

@@ -30,14 +30,25 @@ private[keyedwatermarks] final case class WatermarkPolicy(
     floors: Seq[ClockFloor] = Nil,
     idle: Option[IdleRule] = None,
     maxAheadMicros: Option[Long] = None,
-    stuckAfterMicros: Long = Long.MaxValue) {
+    stuckAfterMicros: Long = Long.MaxValue,
+    idleClock: Clock = ProcessingTimeClock) {
+  require(idleClock != EventTimeClock, "the idle clock is the arrival clock or the wall clock")
 
-  /** Spark's global watermark is needed (EventTime mode, `withWatermark` on the input). */
+  /** Spark's global watermark on event time is needed (EventTime mode, `withWatermark` on the partials). */
   def usesGlobalWatermark: Boolean = floors.exists(_.clock == EventTimeClock)
+
+  /** The idle rules (idle_timeout, source_idle_timeout) are in use, on [[idleClock]]. */
+  def hasIdleRules: Boolean = idle.isDefined || proposal.sourceIdleTimeoutMillis.isDefined
+
+  /** The arrival clock is needed (EventTime mode, `withWatermark` on the arrival time). */
+  def usesArrivalClock: Boolean = hasIdleRules && idleClock == ArrivalClock
 
   /** Processing-time timers are needed (ProcessingTime mode). */
   def usesProcessingTimers: Boolean =
-    floors.exists(_.clock == ProcessingTimeClock) || idle.isDefined || proposal.sourceIdleTimeoutMillis.isDefined
+    floors.exists(_.clock == ProcessingTimeClock) || (hasIdleRules && idleClock == ProcessingTimeClock)
+
+  /** Timers on the idle clock or the wall clock (set by the operator's scheduleProcessingTimer). */
+  def usesClockTimers: Boolean = usesProcessingTimers || usesArrivalClock
 
   /**
    * A key with no open window can leave state when a floor covers a returning key: it then
@@ -66,5 +77,4 @@ private[keyedwatermarks] final case class WatermarkPolicy(
   /** closing='fleet': its floor (a val: the operator asks for every partial). */
   val fleet: Option[FleetFloor] = floors.collectFirst { case f: FleetFloor => f }
 
-  /** The skew bound in force, if any (what spec.WatermarkSpec resolved max_skew to). */
-}
+  }
