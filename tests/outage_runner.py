@@ -1,6 +1,7 @@
 """The outage scenario of issue 39: a fleet whose query is down for a while, then catches up.
 
-    python tests/outage_runner.py wall-clock [--scale 1.0] [--files 30] [--out result.json]
+    python tests/outage_runner.py wall-clock|arrival --root DIR [--scale 1.0] [--files 30] [--out result.json]
+    python tests/outage_runner.py stop-in-foreach-batch --root DIR
 
 The fleet (``fleet_files``): 12 devices, 8 that send one row per second of event time and 4
 uploaders that send their last 6 seconds every 6 seconds; one file every 2 seconds of arrival
@@ -16,7 +17,7 @@ Two ways to run it:
   up" is the query stopped after file ``down_after`` while the later files are written, then
   restarted from its checkpoint with ``maxFilesPerTrigger`` (several small batches, or all of
   the backlog in one). ``Trigger.AvailableNow`` runs each part to its end.
-- **On the query's wall clock** (``wall_clock_run``, real time, the CLI): files written every 2
+- **On the query's wall clock** (``wall_clock_run``, real time, ``idle_clock="processing_time"``): files written every 2
   seconds (times ``scale``) by a thread while the query runs with
   ``trigger(processingTime="2 seconds")`` and ``idle_timeout="8 seconds"``; with ``down`` the
   query is stopped after the file ``down_after`` was processed and restarted ``down`` seconds
@@ -289,7 +290,7 @@ def stop_in_foreach_batch(spark, root: Path, log: Callable[[str], None]) -> None
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["wall-clock", "stop-in-foreach-batch"])
+    p.add_argument("mode", choices=["wall-clock", "arrival", "stop-in-foreach-batch"])
     p.add_argument("--root", required=True)
     p.add_argument("--scale", type=float, default=1.0, help="wall time per second of arrival time")
     p.add_argument("--files", type=int, default=30)
@@ -320,13 +321,32 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         spark.stop()
         return
     files = fleet_files(args.files)
+    if args.mode == "arrival":
+        # The issue's table on the arrival clock (no waiting): live, and down after file
+        # down_after then caught up one file per batch, and in one batch.
+        options = {"arrival_time": "arrival", "with_arrival_column": True, "idle_timeout": "8 seconds"}
+        live = run_files(spark, root / "live", files, options)
+        small = run_files(spark, root / "small", files, options, down_after=args.down_after, catch_up_files=1)
+        big = run_files(spark, root / "big", files, options, down_after=args.down_after, catch_up_files=None)
+        result = {"live": {**live.table(), "rows": live.rows},
+                  "down_small_batches": {**small.table(), "compare": compare(live, small)},
+                  "down_one_batch": {**big.table(), "compare": compare(live, big)}}
+        text = json.dumps(result)
+        Path(args.out).write_text(text) if args.out else print(text)
+        spark.stop()
+        return
     idle = f"{int(8000 * args.scale)} milliseconds"
 
+    import inspect
+
+    options = {"idle_timeout": idle}
+    if "idle_clock" in inspect.signature(kw.keyed_watermark).parameters:
+        options["idle_clock"] = "processing_time"  # the wall clock, by name
     log("live run")
-    live = wall_clock_run(spark, root / "live", files, args.scale, idle_timeout=idle, log=log)
+    live = wall_clock_run(spark, root / "live", files, args.scale, log=log, **options)
     log("down-then-catch-up run")
     down = wall_clock_run(spark, root / "down", files, args.scale, down=args.down,
-                          down_after=args.down_after, idle_timeout=idle, log=log)
+                          down_after=args.down_after, log=log, **options)
     result = {"live": {**live.table(), "rows": live.rows}, "down": {**down.table(), "rows": down.rows},
               "compare": compare(live, down)}
     text = json.dumps(result)
