@@ -3,7 +3,7 @@
 The scenario and the runs are in tests/outage_runner.py: 12 devices (8 sending every second,
 4 uploading their last 6 seconds every 6 seconds), one file every 2 seconds of arrival time,
 10-second windows, ``lateness="2 seconds"``; live (one file per micro-batch) against down after
-file 9 and restarted from the checkpoint, catching up in many small micro-batches or in one.
+file 5 and restarted from the checkpoint, catching up in many small micro-batches or in one.
 The oracle is the live run itself, window by window (missing, extra, emitted twice, counts).
 """
 
@@ -18,15 +18,30 @@ from pathlib import Path
 import pytest
 
 import keyed_watermarks as kw
-from outage_runner import compare, fleet_files, run_files
+from outage_runner import DEVICES, compare, fleet_files, run_files
 
 REPO = Path(__file__).resolve().parents[1]
-N_FILES = 16  # 32 s of arrival time: three closed 10-second windows per device
+N_FILES = 12  # 24 s of arrival time: two closed 10-second windows per device, the third open
+DOWN_AFTER = 5  # the query is down after file 5 (arrival second 12)
 
 
 def assert_same(live, other) -> None:
     assert compare(live, other) == {"missing": [], "extra": [], "twice": [], "counts_differ": []}
     assert all(c == 1 for c in live.windows.values())
+
+
+# d07 goes silent after second 15, u3 after its upload at 12: their last windows close on the
+# skew bound or on idleness, not on their own rows.
+SILENT = {"d07": 15, "u3": 11}
+
+
+def assert_only_more_counted(live, big) -> None:
+    """A larger catch-up batch: the same windows, each once; a count may only grow (rows late
+    live counted with more grace)."""
+    diff = compare(live, big)
+    assert diff["missing"] == [] and diff["extra"] == [] and diff["twice"] == []
+    for _, was, now in diff["counts_differ"]:
+        assert now[0] > was[0]
 
 
 @pytest.mark.parametrize("options", [
@@ -36,18 +51,14 @@ def assert_same(live, other) -> None:
 def test_skew_bound_same_windows_after_outage(spark, workdir, options):
     """The skew bound and fleet closing follow Spark's event-time watermark, which the
     checkpoint keeps and the rows move: a catch-up in micro-batches of the live size emits the
-    live windows; one large catch-up batch may count rows that were late live (more grace),
-    nothing else."""
-    files = fleet_files(N_FILES, stop={"d07": 15, "u3": 12})
+    live windows; one large catch-up batch may count rows that were late live, nothing else."""
+    files = fleet_files(N_FILES, stop=SILENT)
     live = run_files(spark, workdir / "live", files, options)
-    assert len(live.rows) >= 8 * 3  # the steady devices' first three windows at least
-    small = run_files(spark, workdir / "small", files, options, down_after=9, catch_up_files=1)
+    assert {d for d, _ in live.windows} == set(DEVICES) and ("d00", 10) in live.windows
+    small = run_files(spark, workdir / "small", files, options, down_after=DOWN_AFTER, catch_up_files=1)
     assert_same(live, small)
-    big = run_files(spark, workdir / "big", files, options, down_after=9, catch_up_files=None)
-    diff = compare(live, big)
-    assert diff["missing"] == [] and diff["extra"] == [] and diff["twice"] == []
-    for _, was, now in diff["counts_differ"]:
-        assert now[0] > was[0]  # only more rows counted (late live), never fewer
+    big = run_files(spark, workdir / "big", files, options, down_after=DOWN_AFTER, catch_up_files=None)
+    assert_only_more_counted(live, big)
 
 
 needs_arrival_clock = pytest.mark.skipif(
@@ -56,50 +67,34 @@ needs_arrival_clock = pytest.mark.skipif(
 
 # The arrival clock: the file source's modification time of each row's file.
 ARRIVAL = {"arrival_time": "arrival", "with_arrival_column": True, "idle_timeout": "8 seconds"}
-# d07 goes silent after second 15, u3 after its upload at 12: their last windows close on
-# idleness (8 s of arrival time after their last file), not on their own rows.
-SILENT = {"d07": 15, "u3": 11}
 
 
 @needs_arrival_clock
-@pytest.mark.parametrize("catch_up", [pytest.param(1, id="one_file_per_batch"),
-                                      pytest.param(3, id="three_files_per_batch")])
-def test_arrival_clock_catch_up_emits_the_live_windows(spark, workdir, catch_up):
-    """Idleness on the arrival clock: down after file 9, the query restarts from its checkpoint
-    and works through the backlog; with batches of the live size the windows are the live
-    ones; with three files per batch too (no key of this fleet is idle between two of its
-    rows, so fewer decisions change nothing here)."""
+def test_arrival_clock_catch_up_emits_the_live_windows(spark, workdir):
+    """Idleness on the arrival clock: down after file 5, the query restarts from its checkpoint
+    and works through the backlog. One file per batch (the live size): the live windows,
+    window by window. The whole backlog in one batch: the same windows (no key of this fleet
+    is idle between two of its rows), counts only grow."""
     files = fleet_files(N_FILES, stop=SILENT)
     live = run_files(spark, workdir / "live", files, ARRIVAL)
     assert ("d07", 10) in live.windows and ("u3", 10) in live.windows  # closed by idleness
-    assert ("d00", 30) not in live.windows  # the steady devices' last window stays open
-    down = run_files(spark, workdir / "down", files, ARRIVAL, down_after=9, catch_up_files=catch_up)
-    assert_same(live, down)
-
-
-@needs_arrival_clock
-def test_arrival_clock_backfill_in_one_batch(spark, workdir):
-    """The whole backlog in one micro-batch: the same windows, each once; a count may only
-    grow (rows late live counted with more grace)."""
-    files = fleet_files(N_FILES, stop=SILENT)
-    live = run_files(spark, workdir / "live", files, ARRIVAL)
-    big = run_files(spark, workdir / "big", files, ARRIVAL, down_after=9, catch_up_files=None)
-    diff = compare(live, big)
-    assert diff["missing"] == [] and diff["extra"] == [] and diff["twice"] == []
-    for _, was, now in diff["counts_differ"]:
-        assert now[0] > was[0]
+    assert ("d00", 20) not in live.windows  # the steady devices' last window stays open
+    small = run_files(spark, workdir / "small", files, ARRIVAL, down_after=DOWN_AFTER, catch_up_files=1)
+    assert_same(live, small)
+    big = run_files(spark, workdir / "big", files, ARRIVAL, down_after=DOWN_AFTER, catch_up_files=None)
+    assert_only_more_counted(live, big)
 
 
 @pytest.mark.slow
 def test_wall_clock_outage_loses_nothing_and_logs_no_broadcast_error(tmp_path):
-    """The query's wall clock (today's ``idle_timeout``), in real time and its own JVM: the
+    """The query's wall clock (``idle_clock="processing_time"``), in real time and its own JVM: the
     live run emits every window once; down 20 s (times the scale) after file 9, the documented
     outage behaviour may split a window (keys idle early) but loses no row; and Spark's log of
     both runs has no broadcast failure and no StackOverflowError (issue 39's regex error)."""
     out = tmp_path / "result.json"
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "outage_runner.py"), "wall-clock", "--root", str(tmp_path / "runs"),
-         "--scale", "0.5", "--files", str(N_FILES), "--out", str(out)],
+         "--scale", "0.5", "--files", str(N_FILES), "--down-after", str(DOWN_AFTER), "--out", str(out)],
         capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "StackOverflowError" not in proc.stderr and "Store broadcast" not in proc.stderr, proc.stderr[-4000:]
