@@ -8,12 +8,22 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Tuple
 
-from pyspark.errors import PySparkTypeError, PySparkValueError
+from pyspark.errors import PySparkRuntimeError, PySparkTypeError, PySparkValueError
 from pyspark.sql import DataFrame, functions as F
 
 from keyed_watermarks._contract import REPORT_COLUMNS
 
 BatchWriter = Callable[[DataFrame, int], Any]
+
+# What Spark's StreamExecution.isInterruptionException accepts as "interrupted by stop()" in the
+# error of a Python foreachBatch function (its PROXY_ERROR pattern: this prefix, then one of these
+# class names).
+_PROXY_PREFIX = "py4j.protocol.Py4JJavaError: An error occurred while calling"
+_INTERRUPTIONS = (
+    "java.lang.InterruptedException",
+    "java.io.InterruptedIOException",
+    "java.nio.channels.ClosedByInterruptException",
+)
 
 
 def split_report(report: DataFrame) -> Tuple[DataFrame, Optional[DataFrame]]:
@@ -66,6 +76,21 @@ def foreach_batch(
         raise PySparkTypeError(message="foreach_batch expects callables (df, batch_id) -> None")
 
     def write(batch: DataFrame, batch_id: int) -> None:
+        try:
+            _write(batch, batch_id)
+        except Exception as e:
+            stop = _stopped_by(e)
+            if stop is None:
+                raise
+            # The query is stopping: say so in one line, without the Java stack trace, in the
+            # form Spark recognises (see _stopped_by).
+            raise PySparkRuntimeError(
+                message=f"{_PROXY_PREFIX} the foreachBatch writer of batch {batch_id}: "
+                f"java.lang.InterruptedException: the query was stopped ({stop}); "
+                "the micro-batch runs again after a restart"
+            ) from None
+
+    def _write(batch: DataFrame, batch_id: int) -> None:
         batch.persist()
         try:
             res, late = split_report(batch)
@@ -81,3 +106,38 @@ def foreach_batch(
             batch.unpersist()
 
     return write
+
+
+def _stopped_by(error: BaseException) -> Optional[str]:
+    """The Java exception (class: message) in ``error``'s causes that says the query's
+    ``stop()`` interrupted this foreachBatch call (an interrupt, or the micro-batch's job
+    cancelled: ``SPARK_JOB_CANCELLED``, "cancelled part of cancelled job group"), or None.
+
+    Why: the error a Python foreachBatch function raises reaches Spark as a py4j exception whose
+    message is the whole Python traceback, with the Java stack trace of each Py4JJavaError in
+    it (kilobytes). When the query is stopping, Spark's ``StreamExecution.isInterruptionException``
+    matches that message against ``Py4JJavaError: An error occurred while
+    calling((.|\\r\\n|\\r|\\n)*)(java.lang.InterruptedException|...)``, whose repeated group
+    recurses once per character in ``java.util.regex``: a long message overflows the stream
+    thread's stack (a ``StackOverflowError`` of 1,024 ``Pattern`` frames on stderr) and the
+    stop is not recognised as one. A one-line error naming the interruption is matched at once
+    and read as the stop it is."""
+    seen = set()
+    exc: Optional[BaseException] = error
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        throwable = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+        for _ in range(32):  # the Java cause chain
+            if throwable is None:
+                break
+            try:
+                name = throwable.getClass().getName()
+                message = throwable.getMessage() or ""
+                throwable = throwable.getCause()
+            except Exception:  # the JVM is gone: nothing to tell it
+                return None
+            cancelled = "SPARK_JOB_CANCELLED" in message or ("cancelled" in message and "job group" in message)
+            if name in _INTERRUPTIONS or (name == "org.apache.spark.SparkException" and cancelled):
+                return f"{name}: {message}".strip().rstrip(":")[:300]
+        exc = exc.__cause__ or exc.__context__
+    return None
