@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
 
 import keyed_watermarks as kw
-from keyed_watermarks.testing import KeyedQueryTester
+from keyed_watermarks.testing import KeyedQueryTester, empty_stream
 from policy_model import Policy, run_policy_model
 from reference_model import DEFAULT_MAX_SKEW, run_model
 from support import (
@@ -61,12 +61,12 @@ def late(out) -> Counter:
 
 @pytest.fixture(scope="module")
 def events(spark):
-    return spark.createDataFrame([], EVENT_SCHEMA)
+    return empty_stream(spark, EVENT_SCHEMA)
 
 
 @pytest.fixture(scope="module")
 def policy_events(spark):
-    return spark.createDataFrame([], POLICY_SCHEMA)
+    return empty_stream(spark, POLICY_SCHEMA)
 
 
 @in_memory

@@ -18,7 +18,8 @@ tested with it; this kit can: it keeps Spark's global watermark as a query does.
 >>> def per_device(events):
 ...     return (kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds")
 ...             .window("10 seconds"))
->>> events = spark.createDataFrame([], "device STRING, ts TIMESTAMP, temp DOUBLE")
+>>> from keyed_watermarks.testing import empty_stream
+>>> events = empty_stream(spark, "device STRING, ts TIMESTAMP, temp DOUBLE")
 >>> t = lambda s: datetime.datetime(2024, 1, 1, 0, 0, s)
 >>> tester = KeyedQueryTester(per_device(events), F.count("*").alias("n"))
 >>> first = tester.step([("a", t(1), 1.0), ("a", t(4), 3.0), ("b", t(2), 5.0)])
@@ -33,8 +34,8 @@ tested with it; this kit can: it keeps Spark's global watermark as a query does.
 >>> [(r.device, r.ts.second) for r in third.late_rows]
 [('a', 3)]
 
-``events`` there is any DataFrame with the input's schema (the job's streaming source, or
-``spark.createDataFrame([], schema)``): only its schema and session are used.
+``events`` there is any streaming DataFrame with the input's schema (the job's own source, or
+:func:`empty_stream`): only its schema and session are used.
 
 Not covered (they need a streaming query; test them end to end): restarts from a checkpoint,
 a ``withWatermark`` or stateful operator upstream of the keyed stage, rows that cannot be
@@ -48,11 +49,12 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 from pyspark.errors import PySparkTypeError, PySparkValueError
-from pyspark.sql import Column, Row
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql.types import (
     ArrayType,
     DataType,
@@ -67,7 +69,7 @@ from pyspark.sql.types import (
 from keyed_watermarks._jvm import is_connect, python_api
 from keyed_watermarks.keyed import KeyedWindow
 
-__all__ = ["KeyedQueryTester", "Batch"]
+__all__ = ["KeyedQueryTester", "Batch", "empty_stream"]
 
 _TESTER = "io.github.keyedwatermarks.testing.KeyedQueryTester"
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -112,13 +114,26 @@ class Batch:
     rows: List[Dict[str, Any]] = field(default_factory=list)
 
 
+def empty_stream(spark: SparkSession, schema: Union[str, StructType]) -> DataFrame:
+    """A streaming DataFrame with ``schema`` and no data, to build the query under test on.
+
+    :param spark: a classic session made by ``kw.configure``.
+    :param schema: the input's schema, as a DDL string or a StructType.
+    :returns: a file stream over a new, empty temporary directory (never started by the kit).
+
+    >>> empty_stream(spark, "device STRING, ts TIMESTAMP, temp DOUBLE").isStreaming
+    True
+    """
+    return spark.readStream.schema(schema).parquet(tempfile.mkdtemp(prefix="kw-test-kit-"))
+
+
 class KeyedQueryTester:
     """Runs a keyed query in memory, micro-batch by micro-batch.
 
     :param query: the keyed windows of the query under test: what
         ``kw.keyed_watermark(events, ...).window(...)`` (or ``.session(...)``) returns, before
-        ``.agg``. Its options are used exactly as the query would use them; ``events`` needs only
-        the input's schema.
+        ``.agg``. Its options are used exactly as the query would use them; ``events`` (a
+        streaming DataFrame, e.g. :func:`empty_stream`) needs only the input's schema.
     :param aggs: the aggregate columns, as given to ``.agg``.
     :param start: the processing time of the first batch (default: 1 s after the epoch); each
         :meth:`step` without ``processing_time`` is one second after the previous batch.
