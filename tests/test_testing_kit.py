@@ -164,8 +164,8 @@ def test_kit_step_by_step_and_speed(events):
     first = tester.step([("a", t(1), 1.0), ("a", t(4), 3.0), ("b", t(2), 5.0)])
     assert (first.index, first.windows, first.late, first.watermark) == (0, [], {}, None)
     assert first.metrics["keys_in_batch"] == 2
-    # Spark's global watermark after the first batch: 4 s - 5 s is not positive: none yet.
-    assert tester.watermark is None
+    # Spark's global watermark after the first batch: 4 s - 5 s (ms since the epoch).
+    assert micros(tester.watermark) == micros(t(4)) - 5 * SECOND
     second = tester.step([("a", t(12), 2.0), ("a", t(27), 2.0), ("b", t(19), 1.0), ("b", t(1), 7.0)])
     assert sorted((r.device, r.window.start.second, r.n, r.total) for r in second.windows) == [
         ("a", 0, 2, 4.0), ("a", 10, 1, 2.0), ("b", 0, 1, 5.0)]

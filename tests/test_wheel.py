@@ -171,7 +171,7 @@ def _install_and_run(wheel: Path, tmp_path: Path, own_pip: bool) -> None:
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_SUBMIT_ARGS", "VIRTUAL_ENV")}
-    proc = _run([str(venv_python), "-c", _QUERY, str(work)], cwd=work, env=env, timeout=300)
+    proc = _run([str(venv_python), "-c", _QUERY, str(work)], cwd=work, env=env, timeout=900)
     (line,) = [out for out in proc.stdout.splitlines() if out.startswith("ROWS ")]
     rows = ast.literal_eval(line[len("ROWS "):])
     # a: wm = 27 - 5 = 22 s closes [0,10) (1 s, 4 s) and [10,20) (12 s); [20,30) stays open.
