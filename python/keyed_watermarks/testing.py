@@ -106,12 +106,12 @@ class Batch:
     processing_time: int
     watermark: Optional[datetime.datetime]
     windows: List[Row] = field(default_factory=list)
-    late: Dict[Any, int] = field(default_factory=dict)
+    late: dict = field(default_factory=dict)
     late_rows: List[Row] = field(default_factory=list)
-    held: Dict[Any, tuple] = field(default_factory=dict)
-    watermarks: Dict[Any, datetime.datetime] = field(default_factory=dict)
-    metrics: Optional[Dict[str, Any]] = None
-    rows: List[Dict[str, Any]] = field(default_factory=list)
+    held: dict = field(default_factory=dict)
+    watermarks: dict = field(default_factory=dict)
+    metrics: Optional[dict] = None
+    rows: list = field(default_factory=list)
 
 
 def empty_stream(spark: SparkSession, schema: Union[str, StructType]) -> DataFrame:
@@ -137,11 +137,11 @@ class KeyedQueryTester:
     :param aggs: the aggregate columns, as given to ``.agg``.
     :param start: the processing time of the first batch (default: 1 s after the epoch); each
         :meth:`step` without ``processing_time`` is one second after the previous batch.
-    :raises pyspark.errors.PySparkTypeError: if ``query`` is not a KeyedWindow.
-    :raises pyspark.errors.PySparkRuntimeError: on a Spark Connect session (the kit needs a
-        classic session) or without the keyed-watermarks jar.
-    :raises IllegalArgumentException: for a bad option, with the query's own message.
-    :raises Py4JJavaError: on pyspark 4.0 or 4.1 (no ``TwsTester``), saying so.
+
+    Errors: ``PySparkTypeError`` if ``query`` is not a KeyedWindow; ``PySparkRuntimeError`` on a
+    Spark Connect session (the kit needs a classic session) or without the keyed-watermarks jar;
+    the query's own ``IllegalArgumentException`` for a bad option; on pyspark 4.0 and 4.1 (no
+    ``TwsTester``) an error that says so.
 
     >>> tester = KeyedQueryTester(
     ...     kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds",
@@ -212,8 +212,8 @@ class KeyedQueryTester:
             moved and no data is waiting, or on a processing-time trigger).
         :param processing_time: the batch's processing time: a datetime or ms since the epoch;
             it must not go back. Default: one second after the previous batch.
-        :raises pyspark.errors.PySparkValueError: for a row of the wrong length or a processing
-            time that goes back.
+
+        A row of the wrong length or a processing time that goes back raises ``PySparkValueError``.
         """
         width = len(self._schema.fields)
         internal = []
