@@ -121,6 +121,7 @@ def empty_stream(spark: SparkSession, schema: Union[str, StructType]) -> DataFra
     :param schema: the input's schema, as a DDL string or a StructType.
     :returns: a file stream over a new, empty temporary directory (never started by the kit).
 
+    >>> from keyed_watermarks.testing import empty_stream
     >>> empty_stream(spark, "device STRING, ts TIMESTAMP, temp DOUBLE").isStreaming
     True
     """
@@ -143,6 +144,7 @@ class KeyedQueryTester:
     the query's own ``IllegalArgumentException`` for a bad option; on pyspark 4.0 and 4.1 (no
     ``TwsTester``) an error that says so.
 
+    >>> from keyed_watermarks.testing import KeyedQueryTester
     >>> tester = KeyedQueryTester(
     ...     kw.keyed_watermark(events, key="device", event_time="ts", lateness="5 seconds",
     ...                        max_skew="unbounded").window("10 seconds"),

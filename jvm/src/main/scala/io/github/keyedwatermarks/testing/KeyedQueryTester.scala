@@ -84,7 +84,8 @@ final class KeyedQueryTester(
     val rows = rowsOf(mapper.readTree(rowsJson))
     val watermarkMs = globalWatermarkMs
     val clockWatermark = if (timeMode == TimeMode.EventTime()) Some(watermarkMs) else None
-    val data = if (rows.isEmpty) Nil else {
+    val data = if (rows.isEmpty) Nil
+    else {
       val frame = spark.createDataFrame(rows.asJava, inputSchema)
       val batch = KeyedPlanner.prepare(frame, spec, streaming = false)
       if (timeMode == TimeMode.EventTime()) {
@@ -153,8 +154,8 @@ final class KeyedQueryTester(
       case StringType => v.asText()
       case d: DecimalType => new java.math.BigDecimal(v.asText()).setScale(d.scale)
       case other => throw new IllegalArgumentException(
-        s"rows: column ${field.name} has type ${other.simpleString}, which the test kit cannot feed yet " +
-          "(timestamp, date, numbers, boolean and string columns are supported)")
+          s"rows: column ${field.name} has type ${other.simpleString}, which the test kit cannot feed yet " +
+            "(timestamp, date, numbers, boolean and string columns are supported)")
     }
 
   private def toJson(row: Row, schema: StructType): java.util.Map[String, Any] = {
