@@ -168,7 +168,7 @@ def test_kit_step_by_step_and_speed(events):
     assert micros(tester.watermark) == micros(t(4)) - 5 * SECOND
     second = tester.step([("a", t(12), 2.0), ("a", t(27), 2.0), ("b", t(19), 1.0), ("b", t(1), 7.0)])
     assert sorted((r.device, r.window.start.second, r.n, r.total) for r in second.windows) == [
-        ("a", 0, 2, 4.0), ("a", 10, 1, 2.0), ("b", 0, 1, 5.0)]
+        ("a", 0, 2, 4.0), ("a", 10, 1, 2.0), ("b", 0, 2, 12.0)]
     assert second.late == {} and second.late_rows == []  # b's watermark was -3 s when 1 s came
     third = tester.step([("b", t(3), 4.0)])
     assert third.late == {"b": 1} and [r.temp for r in third.late_rows] == [4.0]

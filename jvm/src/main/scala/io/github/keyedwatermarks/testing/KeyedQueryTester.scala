@@ -88,11 +88,8 @@ final class KeyedQueryTester(
     else {
       val frame = spark.createDataFrame(rows.asJava, inputSchema)
       val batch = KeyedPlanner.prepare(frame, spec, streaming = false)
-      if (timeMode == TimeMode.EventTime()) {
-        val valid = batch.input.keyColumns.map(_.isNotNull).foldLeft(batch.input.eventTimeColumn.isNotNull)(_ && _)
-        val max = batch.input.events.where(valid)
-          .agg(F.max(F.unix_millis(batch.input.eventTimeColumn.cast(TimestampType)))).head()
-        if (!max.isNullAt(0)) maxEventTimeMs = Some(math.max(maxEventTimeMs.getOrElse(Long.MinValue), max.getLong(0)))
+      if (timeMode == TimeMode.EventTime()) batchMaxMs(rows, batch).foreach { max =>
+        maxEventTimeMs = Some(math.max(maxEventTimeMs.getOrElse(Long.MinValue), max))
       }
       val byKey = batch.grouped.collect().toSeq.groupBy(r => Row.fromSeq(r.toSeq.takeRight(keyCount)))
       byKey.toSeq.sortBy(_._1.toString).flatMap { case (key, partials) =>
@@ -111,6 +108,28 @@ final class KeyedQueryTester(
     out.put("watermark", watermarkMs)
     out.put("next_watermark", globalWatermarkMs)
     mapper.writeValueAsString(out)
+  }
+
+  // The key and event-time columns in the input rows, when they are plain columns of it.
+  private val validity: Option[(Seq[Int], Int)] =
+    scala.util.Try((prepared.input.keys.map(inputSchema.fieldIndex), inputSchema.fieldIndex(prepared.input.eventTime)))
+      .toOption
+
+  /**
+   * The max event time (ms) of the batch's rows with a key and an event time, what Spark's global
+   * watermark follows: from the rows at hand, or with a Spark job when the columns are not
+   * plain input columns.
+   */
+  private def batchMaxMs(rows: Seq[Row], batch: KeyedPlanner.Prepared): Option[Long] = validity match {
+    case Some((keys, time)) =>
+      val times = rows.filter(r => !r.isNullAt(time) && keys.forall(!r.isNullAt(_)))
+        .map(r => Math.floorDiv(DateTimeUtils.fromJavaTimestamp(r.getAs[java.sql.Timestamp](time)), 1000L))
+      if (times.isEmpty) None else Some(times.max)
+    case None =>
+      val valid = batch.input.keyColumns.map(_.isNotNull).foldLeft(batch.input.eventTimeColumn.isNotNull)(_ && _)
+      val max = batch.input.events.where(valid)
+        .agg(F.max(F.unix_millis(batch.input.eventTimeColumn.cast(TimestampType)))).head()
+      if (max.isNullAt(0)) None else Some(max.getLong(0))
   }
 
   /** The batch's per-key metrics (emission.KeyTally, merged per batch in a query), by name. */
