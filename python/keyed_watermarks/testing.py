@@ -150,7 +150,7 @@ class KeyedQueryTester:
     ...                        max_skew="unbounded").window("10 seconds"),
     ...     F.sum("temp").alias("total"))
     >>> tester.time_mode
-    'None'
+    'NoTime'
     """
 
     def __init__(self, query: KeyedWindow, *aggs: Column, start: ProcessingTime = 1000) -> None:
@@ -191,7 +191,7 @@ class KeyedQueryTester:
 
     @property
     def time_mode(self) -> str:
-        """The operator's timers: ``'None'``, ``'EventTime'`` (``max_skew``, ``closing``) or
+        """The operator's timers: ``'NoTime'``, ``'EventTime'`` (``max_skew``, ``closing``) or
         ``'ProcessingTime'`` (``idle_timeout``), as ``transformWithState`` would run it."""
         return self._jtester.timeModeName()
 

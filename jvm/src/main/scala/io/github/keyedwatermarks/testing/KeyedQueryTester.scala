@@ -64,7 +64,10 @@ final class KeyedQueryTester(
   private var maxEventTimeMs: Option[Long] = None
   private var batches = 0L
 
-  /** Whether the query runs with processing-time, event-time or no timers ("ProcessingTime", "EventTime", "None"). */
+  /**
+   * Whether the query runs with processing-time, event-time or no timers: "ProcessingTime",
+   * "EventTime" or "NoTime" (Spark's TimeMode names).
+   */
   def timeModeName: String = timeMode.toString
 
   /** Spark's global watermark (ms) the next batch would run with: 0 while it has none, as in Spark. */
