@@ -175,7 +175,7 @@ def test_kit_step_by_step_and_speed(events):
     assert micros(third.watermarks["b"]) == micros(t(14))
     assert micros(tester.watermark) == micros(t(22))  # 27 s - 5 s
     elapsed = time.monotonic() - started
-    note(f"three batches in {elapsed:.2f} s")
+    print(f"three batches in {elapsed:.2f} s")
     assert elapsed < 30, elapsed
 
 
