@@ -33,6 +33,14 @@ def findSparkJars(base: File, release: String): File = {
 }
 
 ThisBuild / organization := "io.github.keyedwatermarks"
+ThisBuild / description := "Per-key event-time watermarks for Spark Structured Streaming"
+ThisBuild / licenses := Seq("Apache-2.0" -> url("https://www.apache.org/licenses/LICENSE-2.0.txt"))
+
+// The release (dev/release): `sbt publish` writes each line's jar, sources jar, Scaladoc jar and
+// POM, each with .md5 and .sha1, in Maven repository layout under build/release/maven
+// (io/github/keyedwatermarks/keyed-watermarks-spark4.X_2.13/<version>/), ready for one upload.
+ThisBuild / publishMavenStyle := true
+ThisBuild / publishTo := Some(MavenCache("release", (ThisBuild / baseDirectory).value / "build" / "release" / "maven"))
 ThisBuild / scalaVersion := "2.13.18"
 ThisBuild / javacOptions ++= Seq("--release", "17")
 ThisBuild / scalacOptions ++= Seq("-release", "17", "-deprecation", "-feature", "-Xlint:-unused,_")
@@ -75,6 +83,29 @@ def sparkDependency(line: SparkLine): Seq[Setting[_]] =
 def connectRelease(line: SparkLine): String = if (line.minor == "4.1") "4.1.2" else line.release
 
 /**
+ * The POM of the line whose Spark comes from the pyspark wheel (unmanaged jars, so sbt writes no
+ * dependency for it): Spark as `provided`, as the other lines' POMs have it.
+ */
+def providedSparkInPom(line: SparkLine): Seq[Setting[_]] =
+  if (!line.fromPyspark) Nil
+  else Seq(pomPostProcess := { (pom: scala.xml.Node) =>
+    val spark = Seq("spark-sql" -> line.release, "spark-connect" -> connectRelease(line)).map { case (artifact, v) =>
+      <dependency>
+        <groupId>org.apache.spark</groupId>
+        <artifactId>{artifact + "_2.13"}</artifactId>
+        <version>{v}</version>
+        <scope>provided</scope>
+      </dependency>
+    }
+    new scala.xml.transform.RuleTransformer(new scala.xml.transform.RewriteRule {
+      override def transform(n: scala.xml.Node): Seq[scala.xml.Node] = n match {
+        case e: scala.xml.Elem if e.label == "dependencies" => e.copy(child = e.child ++ spark)
+        case other => other
+      }
+    }).transform(pom).head
+  })
+
+/**
  * The jar for one Spark line: jar keyed-watermarks-spark<minor>_2.13-<version>.jar. Every line
  * shares jvm/ (sources, tests) with its own target folder, plus its own shim folders
  * (src/main/scala-spark-<minor>, and src/test/scala-spark-<minor> for test-only helpers whose
@@ -85,6 +116,7 @@ def sparkProject(line: SparkLine): Project = {
   val main = line == mainLine
   Project(line.projectId(main), file("jvm"))
     .settings(sparkDependency(line))
+    .settings(providedSparkInPom(line))
     .settings(
       name := s"keyed-watermarks-spark${line.minor}",
       moduleName := name.value, // keep the dot: sbt would normalize it to spark4-1

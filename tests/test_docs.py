@@ -32,6 +32,7 @@ DOCTEST_MODULES = [
     "keyed_watermarks.keyed",
     "keyed_watermarks._jvm",
     "keyed_watermarks.metrics",
+    "keyed_watermarks.testing",
     "keyed_watermarks.report",
     "keyed_watermarks.rollup",
     "keyed_watermarks.state",

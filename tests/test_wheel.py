@@ -3,6 +3,10 @@ minor version, and installed alone in a fresh virtual environment it picks the j
 pyspark there and runs a keyed query. dev/test runs this module with every supported pyspark
 (the venv of each Spark line, see dev/venv).
 
+The release (`./dev/release`, CONTRIBUTING.md "Releasing"), on the main line: its wheel installed
+by the fresh venv's own pip from a scratch directory (no sbt, no source tree) runs the same
+query; its Maven layout has every line's jar, sources, Scaladoc and POM with valid checksums.
+
 pyspark (about 400 MB) is not reinstalled: the fresh venv sees the site-packages of the venv
 running the tests (so its pyspark) through a .pth file. A path added by a .pth line is put on sys.path without
 processing the .pth files inside it, so the project's editable install of keyed_watermarks
@@ -12,20 +16,23 @@ stays invisible and the import must come from the wheel (the subprocess checks t
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import textwrap
+import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
 
 import pytest
 
-# Every Spark line: dev/test runs this module in the venv of each.
-pytestmark = [pytest.mark.all_versions, pytest.mark.slow]
+# Every Spark line: dev/test runs this module's wheel tests in the venv of each.
+pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON_DIR = ROOT / "python"
@@ -63,6 +70,7 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
+@pytest.mark.all_versions
 def test_wheel_bundles_a_jar_per_spark_line(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     jars = [n for n in names if n.startswith("keyed_watermarks/jars/") and n.endswith(".jar")]
@@ -143,15 +151,15 @@ _QUERY = textwrap.dedent(
 )
 
 
-def test_wheel_installs_and_runs_in_fresh_venv(wheel, tmp_path):
+def _install_and_run(wheel: Path, tmp_path: Path, own_pip: bool) -> None:
+    """Installs `wheel` alone into a fresh venv and runs _QUERY there, from a scratch directory.
+    own_pip: with the venv's own pip (ensurepip, as a user would); else the project's pip
+    installs into it (faster)."""
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], timeout=120)
+    _run([sys.executable, "-m", "venv", *([] if own_pip else ["--without-pip"]), str(venv)], timeout=300)
     venv_python = venv / "bin" / "python"
-    # The project's pip installs into the new venv (faster than bootstrapping pip there).
-    _run(
-        [sys.executable, "-m", "pip", "--python", str(venv_python), "install", "--no-deps", "--no-index", str(wheel)],
-        timeout=300,
-    )
+    pip = [str(venv_python), "-m", "pip"] if own_pip else [sys.executable, "-m", "pip", "--python", str(venv_python)]
+    _run([*pip, "install", "--no-deps", "--no-index", str(wheel)], timeout=300, cwd=tmp_path)
     purelib = _run(
         [str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
     ).stdout.strip()
@@ -163,9 +171,88 @@ def test_wheel_installs_and_runs_in_fresh_venv(wheel, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_SUBMIT_ARGS", "VIRTUAL_ENV")}
-    proc = _run([str(venv_python), "-c", _QUERY, str(work)], cwd=work, env=env, timeout=300)
+    proc = _run([str(venv_python), "-c", _QUERY, str(work)], cwd=work, env=env, timeout=900)
     (line,) = [out for out in proc.stdout.splitlines() if out.startswith("ROWS ")]
     rows = ast.literal_eval(line[len("ROWS "):])
     # a: wm = 27 - 5 = 22 s closes [0,10) (1 s, 4 s) and [10,20) (12 s); [20,30) stays open.
     # b: wm = 19 - 5 = 14 s closes [0,10) (2 s); [10,20) stays open.
     assert rows == [("a", 0, 2, 4.0), ("a", 10, 1, 2.0), ("b", 0, 1, 5.0)]
+
+
+@pytest.mark.all_versions
+def test_wheel_installs_and_runs_in_fresh_venv(wheel, tmp_path):
+    _install_and_run(wheel, tmp_path, own_pip=False)
+
+
+# --------------------------------------------------------------------------------------
+# The release (dev/release)
+# --------------------------------------------------------------------------------------
+
+RELEASE = ROOT / "build" / "release"
+LINES = ["4.0", "4.1", "4.2", "4.3"]
+
+
+def _release_is_current(version: str) -> bool:
+    """build/release holds this version, built from the jars the package has now."""
+    wheels = list((RELEASE / "python").glob(f"keyed_watermarks-{version}-*.whl"))
+    if len(wheels) != 1:
+        return False
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    for jar in (PYTHON_DIR / "keyed_watermarks" / "jars").glob("*.jar"):
+        name = f"keyed_watermarks/jars/{jar.name}"
+        if name not in names or zipfile.ZipFile(wheels[0]).read(name) != jar.read_bytes():
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def release() -> Path:
+    """build/release, reused when current (KW_REUSE_RELEASE=0 forces a new one), else built by
+    ./dev/release (sbt: a few minutes)."""
+    version = (PYTHON_DIR / "keyed_watermarks" / "VERSION").read_text().strip()
+    if os.environ.get("KW_REUSE_RELEASE", "1") == "0" or not _release_is_current(version):
+        _run([str(ROOT / "dev" / "release")], cwd=ROOT, timeout=3600)
+    return RELEASE
+
+
+def test_release_maven_layout_and_checksums(release):
+    version = (PYTHON_DIR / "keyed_watermarks" / "VERSION").read_text().strip()
+    for line in LINES:
+        artifact = f"keyed-watermarks-spark{line}_2.13"
+        d = release / "maven" / "io" / "github" / "keyedwatermarks" / artifact / version
+        files = {f"{artifact}-{version}{s}" for s in (".jar", "-sources.jar", "-javadoc.jar", ".pom")}
+        present = {p.name for p in d.iterdir()}
+        for f in files:
+            assert f in present and f + ".md5" in present and f + ".sha1" in present, (f, sorted(present))
+            data = (d / f).read_bytes()
+            assert (d / (f + ".md5")).read_text().split()[0] == hashlib.md5(data).hexdigest(), f
+            assert (d / (f + ".sha1")).read_text().split()[0] == hashlib.sha1(data).hexdigest(), f
+        # The jar is the wheel's (same bytes); the sources and the Scaladoc are what they say.
+        jar = (d / f"{artifact}-{version}.jar").read_bytes()
+        assert jar == (PYTHON_DIR / "keyed_watermarks" / "jars" / f"{artifact}-{version}.jar").read_bytes()
+        sources = zipfile.ZipFile(d / f"{artifact}-{version}-sources.jar").namelist()
+        assert "io/github/keyedwatermarks/KeyedWatermarks.scala" in sources
+        assert "index.html" in zipfile.ZipFile(d / f"{artifact}-{version}-javadoc.jar").namelist()
+        # The POM: these coordinates, Spark `provided` (never pulled in by a user's build).
+        pom = ET.parse(d / f"{artifact}-{version}.pom").getroot()
+        ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+        assert [pom.findtext(f"m:{t}", namespaces=ns) for t in ("groupId", "artifactId", "version")] == [
+            "io.github.keyedwatermarks", artifact, version]
+        deps = {dep.findtext("m:artifactId", namespaces=ns): dep.findtext("m:scope", namespaces=ns)
+                for dep in pom.iterfind("m:dependencies/m:dependency", ns)}
+        assert deps.get("spark-sql_2.13") == "provided", deps
+        assert all(scope in ("provided", "test") for a, scope in deps.items() if a.startswith("spark-")), deps
+    # The Python distributions, with their checksums; the sdist carries the jars too.
+    wheel = release / "python" / f"keyed_watermarks-{version}-py3-none-any.whl"
+    sdist = release / "python" / f"keyed_watermarks-{version}.tar.gz"
+    for f in (wheel, sdist):
+        digest, name = (f.parent / (f.name + ".sha256")).read_text().split()
+        assert (digest, name) == (hashlib.sha256(f.read_bytes()).hexdigest(), f.name)
+    with tarfile.open(sdist) as tar:
+        jars = sorted(Path(n).name for n in tar.getnames() if n.endswith(".jar"))
+    assert jars == [f"keyed-watermarks-spark{line}_2.13-{version}.jar" for line in LINES], jars
+
+
+def test_release_wheel_installs_with_plain_pip_and_runs(release, tmp_path):
+    version = (PYTHON_DIR / "keyed_watermarks" / "VERSION").read_text().strip()
+    _install_and_run(release / "python" / f"keyed_watermarks-{version}-py3-none-any.whl", tmp_path, own_pip=True)
