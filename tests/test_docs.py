@@ -139,6 +139,41 @@ def test_repository_markdown_links_resolve() -> None:
     assert not broken, broken
 
 
+def _paragraph_starts(text: str) -> List[Tuple[int, str]]:
+    """The first line of every prose paragraph of a Markdown text (outside code fences), with
+    its line number."""
+    starts = []
+    fence = None
+    previous = ""
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        opener = re.match(r"^(`{3,}|~{3,}|:{3,})", stripped)
+        if fence:
+            if stripped.startswith(fence):
+                fence = None
+        elif opener:
+            fence = opener.group(1)
+        elif stripped and not previous:
+            starts.append((n, stripped))
+        previous = "" if fence else stripped
+    return starts
+
+
+def test_no_paragraph_starts_with_punctuation() -> None:
+    """No paragraph of the Markdown pages starts with a comma, semicolon, closing bracket or
+    full stop: the sign of a sentence whose start was lost in an edit."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{n}: {line[:60]}"
+        for path in [*MARKDOWN, ROOT / "benchmarks" / "README.md", ROOT / "CHANGELOG.md"]
+        if path.is_file()
+        for n, line in _paragraph_starts(path.read_text())
+        if re.match(r"^[,;:.)\]}]", line)
+    ]
+    assert not bad, "paragraphs starting with punctuation:\n" + "\n".join(bad)
+    # The check itself finds the case it is for.
+    assert _paragraph_starts("text\n\n, lost start\n```\n, code\n```\n")[1] == (3, ", lost start")
+
+
 def test_contributing_layout_names_real_paths() -> None:
     """The layout map of CONTRIBUTING.md: each path exists, and every package directory of the
     Scala sources is in it (a moved or new package must be added)."""
