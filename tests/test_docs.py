@@ -311,8 +311,11 @@ def test_pages_render_in_chromium(site: Path, page: str, title: str, code: str) 
     assert nav, "no navigation (furo's sidebar-tree) in the rendered page"
     for entry in ("Getting started", "Guide", "Semantics", "Operations", "Deployment", "Python API", "Scala API"):
         assert entry in nav.group(1), f"navigation lacks {entry!r}"
-    blocks = re.findall(r'<div class="highlight"><pre>(.*?)</pre>', html, re.S)
+    if page == "index.html":  # the demo's plot on the landing page
+        assert re.search(r'<img[^>]+src="_images/iot_demo\.png"', html), "no demo plot on the landing page"
+    blocks = re.findall(r'<div class="highlight"><pre[^>]*>(.*?)</pre>', html, re.S)
     assert blocks, "no code blocks rendered"
+    assert 'class="copybtn' in html, "no copy buttons (sphinx-copybutton) on the code blocks"
     assert any(code in re.sub(r"<[^>]+>", "", b) for b in blocks), f"no code block with {code!r}"
     shots = ROOT / "build" / "docs" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
