@@ -167,7 +167,7 @@ def child(args: argparse.Namespace) -> None:
     timed = {m: [] for m in methods}
     # The order rotates from round to round, so that with --runs a multiple of the number of
     # methods each one runs equally often in each place: a run right after another method's
-    # (native's) runs slower than one after its own kind (seen in session 16: a fixed order
+    # (native's) runs slower than one after its own kind (seen in the round of `b5195f8`: a fixed order
     # favoured every variant that ran after a keyed run).
     for r in range(args.runs):
         for m in methods[r % len(methods):] + methods[:r % len(methods)]:

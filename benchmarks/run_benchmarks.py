@@ -23,6 +23,7 @@ import os
 import platform
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -276,8 +277,13 @@ def main(argv: List[str]) -> int:
         jvm_version, spark_version = close_session(spark, work, keep_work=bool(args.work_dir))
 
     elapsed = time.time() - started
+    try:  # the commit measured, in the title with the date (a result page names its code)
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown commit"
     header = [
-        "# keyed-watermarks end-to-end benchmark",
+        f"# End-to-end benchmark {out_md.stem}: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}, `{commit}`",
         "",
         f"Command: `{command}`",
         "",

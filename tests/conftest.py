@@ -13,9 +13,6 @@ from pyspark.sql import SparkSession
 
 import keyed_watermarks as kw
 
-# Moved to support.py; still importable from here for test modules of branches written before
-# the move (`from conftest import Replay`). New code imports them from support.
-from support import EVENT_SCHEMA, Replay, read_output, run_available, run_to_end  # noqa: F401
 from support import operator_harness_factory
 
 _counter = itertools.count()

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
 
 SECOND = 1_000_000  # event times are microseconds since the epoch
 # 2024-01-01T00:00:00Z: a whole day, so windows of any size used by the tests align to it.
@@ -356,3 +357,44 @@ def run_in_memory(h, batches: Sequence[Sequence[Sequence[Any]]], window_col: str
     per_batch = json.loads(h.run(json.dumps([[list(r) for r in b] for b in batches]), json.dumps(clocks)))
     # The operator's "key" rows only feed the per-batch metrics (the planner drops them).
     return [(n, Out(r, window_col)) for n, rows in enumerate(per_batch) for r in rows if r["kw_kind"] != "key"]
+
+
+# Helpers of the in-memory operator rules (tests/test_operator_in_memory.py, test_dedup.py,
+# test_emit_in_memory.py): options, aggregates and the comparison with the reference model.
+
+def late_per_batch_key(out) -> Counter:
+    """In-memory output (batch, row) -> late rows per (batch, key), from the report rows."""
+    return Counter({(n, r.device): r.kw_late_rows for n, r in out if r.kw_kind == "late"})
+
+
+def options(lateness_s: int, **windows) -> Dict[str, Any]:
+    """The in-memory harness' options for the operator rules: key `device`, event time `ts`."""
+    # No skew bound: the reference model's rules per key (the skew bound and the other policies
+    # are in tests/test_policies_in_memory.py, against the policy model).
+    return {"key": ["device"], "event_time": "ts", "lateness": f"{lateness_s} seconds", "report": True,
+            "max_skew": "unbounded", **windows}
+
+
+def agg_of(values):
+    """The model's (count, sum, min, max) of a window's values, as aggs() computes them."""
+    present = [v for v in values if v is not None]
+    return (len(values), float(sum(present)) if present else None,
+            min(present) if present else None, max(present) if present else None)
+
+
+def aggs() -> List:
+    """count, sum, min, max of `temp`: the aggregates agg_of computes in the model."""
+    return [F.count("*").alias("n"), F.sum("temp").alias("s"), F.min("temp").alias("lo"), F.max("temp").alias("hi")]
+
+
+def check_windows(out, model) -> None:
+    """The harness' emitted windows and late rows equal the reference model's."""
+    got = Counter((n, r.device, r.start, r.end, r.n, r.s, r.lo, r.hi, r.wm, r.revision)
+                  for n, r in out if r.kw_kind == "window")
+    want = Counter((w.batch, w.key, w.start, w.end) + agg_of(w.values) + (w.watermark_at_start, w.revision)
+                   for w in model.emitted)
+    assert got == want
+    assert late_per_batch_key(out) == Counter(model.late)
+    got_wm = {(n, r.device): r.wm for n, r in out if r.kw_kind == "late"}
+    assert got_wm == {k: model.late_watermark[k] for k in model.late}
+    assert {r.kw_kind for _, r in out} <= {"window", "late"}

@@ -27,9 +27,9 @@ from pyspark.sql import functions as F
 import keyed_watermarks as kw
 from reference_model import run_model
 from support import (
-    IN_MEMORY_CASES, LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, Out, Replay, in_memory, packed_streams, ts,
+    IN_MEMORY_CASES, LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, Out, Replay, aggs, check_windows, in_memory,
+    packed_streams, ts,
 )
-from test_operator_in_memory import aggs, check_windows
 
 SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, packet LONG"
 

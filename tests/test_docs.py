@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import json
 import os
 import re
 import shutil
@@ -100,9 +101,26 @@ def test_site_links_resolve(site: Path) -> None:
                     broken.append((str(page.relative_to(site)), link))
     assert not broken, f"{len(broken)} broken links: {broken[:20]}"
     assert len(pages) >= 12 and checked > 500, (len(pages), checked)
-    # The Scala API page links into the Scaladoc copied by dev/docs.
-    assert (site / "scaladoc" / "index.html").is_file()
+    # The Scala API page links into the Scaladoc copied by dev/docs: the real one when sbt
+    # core/doc ran (dev/test runs it before), else the page saying how to build it.
     assert "scaladoc/index.html" in (site / "api" / "scala.html").read_text()
+    scaladoc = (site / "scaladoc" / "index.html").read_text()
+    built = (ROOT / "jvm/target/spark-4.3/scala-2.13/api/index.html").is_file()
+    assert ("Scaladoc not built" in scaladoc) != built, "dev/docs copied the wrong Scaladoc page"
+    # The benchmark result pages are reachable, but neither in the navigation nor the search.
+    results = sorted((site / "_generated/benchmarks/results").glob("*.html"))
+    assert results
+    nav = (site / "index.html").read_text()
+    assert "/results/" not in nav.split('class="sidebar-tree"', 1)[1].split("</nav>", 1)[0]
+    index = (site / "searchindex.js").read_text()
+    index = json.loads(index[index.index("(") + 1 : index.rindex(")")])
+    found = {
+        index["docnames"][i]
+        for docs in index["terms"].values()
+        for i in (docs if isinstance(docs, list) else [docs])
+    }
+    assert "semantics" in found
+    assert not [d for d in found if "/results/" in d], sorted(found)
 
 
 @pytest.mark.slow  # builds the site (Sphinx, maybe sbt) or runs Chromium: see pytest.ini
@@ -138,6 +156,41 @@ def test_repository_markdown_links_resolve() -> None:
                 if url.fragment not in {_github_slug(h) for h in headings}:
                     broken.append((doc.name, link))
     assert not broken, broken
+
+
+def _paragraph_starts(text: str) -> List[Tuple[int, str]]:
+    """The first line of every prose paragraph of a Markdown text (outside code fences), with
+    its line number."""
+    starts = []
+    fence = None
+    previous = ""
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        opener = re.match(r"^(`{3,}|~{3,}|:{3,})", stripped)
+        if fence:
+            if stripped.startswith(fence):
+                fence = None
+        elif opener:
+            fence = opener.group(1)
+        elif stripped and not previous:
+            starts.append((n, stripped))
+        previous = "" if fence else stripped
+    return starts
+
+
+def test_no_paragraph_starts_with_punctuation() -> None:
+    """No paragraph of the Markdown pages starts with a comma, semicolon, closing bracket or
+    full stop: the sign of a sentence whose start was lost in an edit."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{n}: {line[:60]}"
+        for path in [*MARKDOWN, ROOT / "benchmarks" / "README.md", ROOT / "CHANGELOG.md"]
+        if path.is_file()
+        for n, line in _paragraph_starts(path.read_text())
+        if re.match(r"^[,;:.)\]}]", line)
+    ]
+    assert not bad, "paragraphs starting with punctuation:\n" + "\n".join(bad)
+    # The check itself finds the case it is for.
+    assert _paragraph_starts("text\n\n, lost start\n```\n, code\n```\n")[1] == (3, ", lost start")
 
 
 def test_contributing_layout_names_real_paths() -> None:
@@ -259,8 +312,11 @@ def test_pages_render_in_chromium(site: Path, page: str, title: str, code: str) 
     assert nav, "no navigation (furo's sidebar-tree) in the rendered page"
     for entry in ("Getting started", "Guide", "Semantics", "Operations", "Deployment", "Python API", "Scala API"):
         assert entry in nav.group(1), f"navigation lacks {entry!r}"
-    blocks = re.findall(r'<div class="highlight"><pre>(.*?)</pre>', html, re.S)
+    if page == "index.html":  # the demo's plot on the landing page
+        assert re.search(r'<img[^>]+src="_images/iot_demo\.png"', html), "no demo plot on the landing page"
+    blocks = re.findall(r'<div class="highlight"><pre[^>]*>(.*?)</pre>', html, re.S)
     assert blocks, "no code blocks rendered"
+    assert 'class="copybtn' in html, "no copy buttons (sphinx-copybutton) on the code blocks"
     assert any(code in re.sub(r"<[^>]+>", "", b) for b in blocks), f"no code block with {code!r}"
     shots = ROOT / "build" / "docs" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from reference_model import run_model, run_session_model
-from support import LATENESS_CHOICES_S, SECOND, in_memory, packed_streams, run_in_memory
-from test_operator_in_memory import agg_of, aggs, late_per_batch_key, options
+from support import (
+    LATENESS_CHOICES_S, SECOND, agg_of, aggs, in_memory, late_per_batch_key, options, packed_streams, run_in_memory,
+)
 
 SESSION_STRATEGIES = [("every_batch", "accumulating"), ("every_batch", "discarding"), ("every_batch", "retracting")]
 # emit='every <duration>': early panes at least that much processing time apart (the harness'

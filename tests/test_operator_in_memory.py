@@ -16,7 +16,7 @@ rows per (batch, key) with the key's watermark.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 from hypothesis import given, note
 from hypothesis import strategies as st
@@ -24,41 +24,9 @@ from pyspark.sql import functions as F
 
 from reference_model import run_model, run_session_model
 from support import (
-    LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, in_memory, packed_streams, per_row_gap, run_in_memory,
+    LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, aggs, check_windows, in_memory, late_per_batch_key, options,
+    packed_streams, per_row_gap, run_in_memory,
 )
-
-
-def late_per_batch_key(out) -> Counter:
-    return Counter({(n, r.device): r.kw_late_rows for n, r in out if r.kw_kind == "late"})
-
-
-def options(lateness_s: int, **windows) -> Dict[str, Any]:
-    # No skew bound: the reference model's rules per key (the skew bound and the other policies
-    # are in tests/test_policies_in_memory.py, against the policy model).
-    return {"key": ["device"], "event_time": "ts", "lateness": f"{lateness_s} seconds", "report": True,
-            "max_skew": "unbounded", **windows}
-
-
-def agg_of(values):
-    present = [v for v in values if v is not None]
-    return (len(values), float(sum(present)) if present else None,
-            min(present) if present else None, max(present) if present else None)
-
-
-def aggs() -> List:
-    return [F.count("*").alias("n"), F.sum("temp").alias("s"), F.min("temp").alias("lo"), F.max("temp").alias("hi")]
-
-
-def check_windows(out, model) -> None:
-    got = Counter((n, r.device, r.start, r.end, r.n, r.s, r.lo, r.hi, r.wm, r.revision)
-                  for n, r in out if r.kw_kind == "window")
-    want = Counter((w.batch, w.key, w.start, w.end) + agg_of(w.values) + (w.watermark_at_start, w.revision)
-                   for w in model.emitted)
-    assert got == want
-    assert late_per_batch_key(out) == Counter(model.late)
-    got_wm = {(n, r.device): r.wm for n, r in out if r.kw_kind == "late"}
-    assert got_wm == {k: model.late_watermark[k] for k in model.late}
-    assert {r.kw_kind for _, r in out} <= {"window", "late"}
 
 
 @in_memory

@@ -18,7 +18,7 @@ class ClassicBackend:
 
     def __init__(self, events: DataFrame) -> None:
         self._api = python_api(events)
-        self._jvm = events.sparkSession.sparkContext._jvm
+        self._jvm: Any = events.sparkSession.sparkContext._jvm  # py4j's JVMView
 
     def _columns(self, columns: Mapping[str, Column]) -> Any:
         jmap = self._jvm.java.util.HashMap()

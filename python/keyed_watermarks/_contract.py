@@ -1,6 +1,6 @@
 """What the Python package and the JVM agree on: names, layouts and defaults.
 
-The JVM side is ``io.github.keyedwatermarks.spec.Contract``. The Connect client has no JVM to
+The JVM side is ``io.github.keyedwatermarks.contract.Contract``. The Connect client has no JVM to
 ask, so these are a copy, and ``tests/test_contract.py`` fails when the two differ. Import
 nothing here: ``import keyed_watermarks`` must not need a JVM.
 """

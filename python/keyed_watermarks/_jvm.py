@@ -21,6 +21,9 @@ ROCKSDB_PROVIDER = (
 def jar_path(spark_version: Optional[str] = None) -> str:
     """Absolute path of the bundled keyed-watermarks jar built for a Spark version.
 
+    :param spark_version: a Spark version such as ``"4.0.2"`` (default: the running Spark's).
+    :returns: the jar's absolute path.
+
     By default the version of the Spark this process runs: the JVM's own ``spark.version``
     when a SparkContext is active (attached to an existing session), else the installed
     ``pyspark.__version__``. Unsupported versions fail with a PySparkRuntimeError naming the
@@ -50,7 +53,7 @@ def is_connect(spark: Any) -> bool:
 def python_api(df: DataFrame) -> Any:
     """The JVM entry point ``io.github.keyedwatermarks.python.PythonAPI`` of a classic session,
     after checking that the session has the keyed-watermarks jar."""
-    jvm = df.sparkSession.sparkContext._jvm
+    jvm: Any = df.sparkSession.sparkContext._jvm  # py4j's JVMView (Optional in pyspark's hints)
     try:
         jvm.java.lang.Class.forName(_ENTRY, True, jvm.Thread.currentThread().getContextClassLoader())
     except Exception as e:  # py4j raises Py4JJavaError (ClassNotFoundException)
@@ -76,6 +79,10 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     active, else the installed pyspark's; see :func:`jar_path`), its planner extension, its
     Spark Connect plugin and the RocksDB state store provider to a session builder (classic,
     or a local Connect ``remote("local[2]")``).
+
+    :param builder: ``SparkSession.builder`` (classic, or ``.remote("local[...]")``), before
+        ``getOrCreate()``.
+    :returns: the same builder, configured.
 
     >>> from pyspark.sql import SparkSession
     >>> import keyed_watermarks as kw

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from pyspark.errors import PySparkTypeError
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, functions as F
 
 from keyed_watermarks import _contract
 from keyed_watermarks._backend import backend
@@ -59,12 +58,20 @@ def _drop_none(options: Mapping[str, Any]) -> Dict[str, Any]:
 
 @dataclass(frozen=True)
 class AdaptiveLateness:
-    """Per-key lateness learnt from the key's own out-of-orderness (see docs/semantics.md).
+    """Per-key lateness learnt from the key's own out-of-orderness.
+
+    :param quantile: the quantile of the key's trail (how far its rows arrive behind its max
+        event time) used as its lateness, in (0, 1]; e.g. 0.99.
+    :param min: the smallest lateness it may learn (a duration).
+    :param max: the largest lateness it may learn (a duration).
+    :param relative_error: the sketch's rank error (exact while it holds fewer than
+        ``1 / (2 * relative_error)`` values).
 
     A key's lateness is the ``quantile`` of how far its rows trail the key's max event time,
     kept in a bounded quantile sketch (Spark's ``QuantileSummaries`` with ``relative_error``),
     clamped to ``[min, max]``. The watermark never moves backward: a learnt lateness that
-    would move it back is held and counted.
+    would move it back is held and counted (`Semantics, "Watermark policies"
+    <../semantics.html#watermark-policies-optional>`__).
 
     >>> wm = kw.keyed_watermark(events, key="device", event_time="ts", lateness="30 seconds",
     ...                         adaptive_lateness=kw.AdaptiveLateness(0.99, min="1 second",
@@ -100,6 +107,10 @@ class KeyedWindow:
     def agg(self, *cols: Column) -> DataFrame:
         """Aggregates each key's windows; emits a window when its key's watermark passes its end.
 
+        :param cols: aggregate Columns, e.g. ``F.count("*").alias("n")``: Spark's built-in
+            aggregates and expressions over them (no ``DISTINCT``, no ``FILTER``).
+        :returns: a streaming DataFrame of one row per emitted window.
+
         The result has exactly the columns of
         ``events.groupBy(*keys, F.window(event_time, size)).agg(*cols)`` and is written in
         ``append`` output mode.
@@ -119,11 +130,16 @@ class KeyedWindow:
     def agg_with_report(self, *cols: Column, keep_late_rows: bool = False) -> DataFrame:
         """Like :meth:`agg`, plus report rows and columns.
 
+        :param cols: aggregate Columns, as for :meth:`agg`.
+        :param keep_late_rows: also emit every late and invalid row itself (``'late_row'`` and
+            ``'invalid_row'`` rows with ``kw_late_row`` and ``kw_reason``).
+        :returns: a streaming DataFrame of result rows and report rows (column ``kw_kind``).
+
         Adds ``kw_kind`` (``'window'`` for a result row, ``'late'`` for a per-key, per-batch
         count of late rows that were left out), ``kw_late_rows`` and ``kw_watermark`` (the
         key's watermark at the start of the micro-batch), and ``kw_regressions``: a
         ``'watermark'`` row counts the policy values that would have moved a key's watermark
-        back, which are held instead (see docs/semantics.md, "Watermark policies").
+        back, which are held instead (`Semantics, "Watermark policies" <../semantics.html#watermark-policies-optional>`__).
 
         With ``keep_late_rows=True`` every late row is emitted too, as a ``'late_row'`` row
         with ``kw_late_row`` (a struct of the input's original columns) and ``kw_reason``.
@@ -152,11 +168,16 @@ class KeyedWindow:
 class KeyedWatermark:
     """Per-key event-time watermark over a streaming DataFrame.
 
-    ``wm(key) = max event time seen for key - lateness``; see docs/semantics.md. Built by
+    ``wm(key) = max event time seen for key - lateness``; see `Semantics <../semantics.html#per-key-watermark>`__. Built by
     :func:`keyed_watermark`, which converts its arguments (durations to Spark duration strings,
     names to lists); the JVM checks every option, with the same messages on classic and Spark
     Connect sessions.
     """
+
+    _events: DataFrame
+    _columns: Dict[str, Column]
+    _options: Dict[str, Any]
+    _backend: Any  # ClassicBackend or connect.backend.ConnectBackend
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise PySparkTypeError(message="KeyedWatermark: build it with kw.keyed_watermark(events, ...)")
@@ -188,6 +209,15 @@ class KeyedWatermark:
     ) -> KeyedWindow:
         """Windows of ``size`` per key: tumbling, or sliding every ``slide``.
 
+        :param size: the window length, a duration (``"10 seconds"``, ``datetime.timedelta``).
+        :param slide: for sliding windows, how often a window starts (default: ``size``, tumbling).
+        :param allowed_lateness: how long a window stays in state after its key's watermark passes
+            its end, firing a new ``revision`` for rows that still arrive (default: none).
+        :param emit: when a window fires: ``"final"`` (default), ``"every_batch"`` or
+            ``"every <duration>"`` (early panes).
+        :param accumulation: what an early pane holds: ``"accumulating"`` (default),
+            ``"discarding"`` or ``"retracting"``.
+
         Window bounds equal Spark's ``F.window(ts, size)`` / ``F.window(ts, size, slide)``.
         With sliding windows a row goes into each of its windows that is still open and
         counts as late only when all of them are closed.
@@ -218,7 +248,8 @@ class KeyedWatermark:
         after a row with ``kw_retraction`` true that repeats the previous pane, so that a sink
         that adds rows, subtracting retractions, stays right). Write it with
         ``outputMode("append")`` or ``outputMode("update")`` (each batch has at most one pane
-        per window, its latest value); see docs/semantics.md, "Panes and accumulation".
+        per window, its latest value); see
+        `Semantics, "Panes and accumulation" <../semantics.html#panes-and-accumulation-emit-accumulation-optional>`__.
 
         >>> early = (kw.keyed_watermark(events, key="device", event_time="ts",
         ...                             lateness="5 seconds")
@@ -247,6 +278,11 @@ class KeyedWatermark:
     ) -> KeyedWindow:
         """Session windows per key.
 
+        :param gap: the session gap: a duration, or a Column of per-row gaps.
+        :param allowed_lateness: how long a session stays in state after it fired (default: none).
+        :param emit: as for :meth:`window`.
+        :param accumulation: as for :meth:`window`.
+
         A key's rows less than ``gap`` apart (in event time) form one session
         ``[first event, last event + gap)``, with the bounds of Spark's
         ``F.session_window(ts, gap)``; sessions merge as rows arrive, across micro-batches, and a
@@ -272,8 +308,8 @@ class KeyedWatermark:
         A session's bounds change as it grows and sessions merge, so a sink that keeps one row
         per (key, session_window) would keep rows of sessions since replaced:
         ``accumulation="retracting"`` withdraws each replaced session's last pane (with its old
-        bounds) in the batch of the pane that replaces it; see docs/semantics.md, "Early panes
-        of sessions".
+        bounds) in the batch of the pane that replaces it; see
+        `Semantics, "Early panes of sessions" <../semantics.html#early-panes-of-sessions>`__.
 
         >>> sessions = (kw.keyed_watermark(events, key="device", event_time="ts",
         ...                                lateness="10 seconds")
@@ -319,6 +355,7 @@ def keyed_watermark(
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
+    :param events: the streaming DataFrame of input rows (``spark.readStream...``).
     :param key: key column name or list of names (e.g. the device id).
     :param event_time: TIMESTAMP column with each row's event time.
     :param lateness: how far a key's watermark trails its max event time, as a Spark
@@ -328,7 +365,11 @@ def keyed_watermark(
         are emitted and its state dropped (or, with ``advance_when_idle``, its watermark
         advances with the idle clock, keeping the lag it had). Silence is measured on the
         stream's arrival clock (needs ``arrival_time``; outage-safe) unless
-        ``idle_clock="processing_time"`` names the wall clock (see docs/semantics.md, "Idle keys").
+        ``idle_clock="processing_time"`` names the wall clock (see
+        `Semantics, "Idle keys" <../semantics.html#idle-keys-idle-timeout-optional>`__).
+    :param advance_when_idle: with ``idle_timeout``: keep an idle key's state and advance its
+        watermark with the idle clock instead of emitting its windows at once (default
+        ``False``).
     :param key_lateness: per-key lateness: a Column of durations (null: ``lateness``) or a
         dict ``{key value: duration}`` for a single key column.
     :param adaptive_lateness: learn each key's lateness from its out-of-orderness
@@ -342,7 +383,7 @@ def keyed_watermark(
         watermark (``withWatermark(event_time, lateness)``), for migration and A/B comparison;
         or ``"fleet"``: each key follows Spark's global watermark behind its own learnt skew
         (a key in step with the fleet closes with it, a delayed key keeps its lag; see
-        docs/semantics.md, "Fleet closing"), ``max_skew`` bounding the skew.
+        `Semantics, "Fleet closing" <../semantics.html#watermark-policies-optional>`__), ``max_skew`` bounding the skew.
     :param source: min of inputs: a column naming each row's source (gateway, link); the
         watermark is kept per (key, source) and the key's is their minimum.
     :param sources: the sources every key must hear from before it has a watermark
@@ -355,12 +396,14 @@ def keyed_watermark(
     :param name: the stage's name, for a query with several keyed stages: its observed metrics
         are ``keyed_watermarks_input.<name>`` and ``keyed_watermarks_output.<name>``. Default:
         none for the query's first keyed stage (the plain names), the key columns joined with
-        ``_`` for a later one (see docs/semantics.md, "Keyed stages in a pipeline").
+        ``_`` for a later one (see
+        `Semantics, "Keyed stages in a pipeline" <../semantics.html#keyed-stages-in-a-pipeline>`__).
     :param dedup: per-key deduplication, as Spark's ``dropDuplicatesWithinWatermark(dedup)``
         but on each key's own watermark: a row whose values of these columns (e.g. a packet
         id) its key already had within the key's horizon is dropped before aggregation and
-        counted as ``duplicate_rows`` in :func:`metrics` (see docs/semantics.md,
-        "Deduplication"). Key columns may not be listed (deduplication is per key already).
+        counted as ``duplicate_rows`` in :func:`metrics` (see
+        `Semantics, "Deduplication" <../semantics.html#deduplication-dedup-columns-optional>`__).
+        Key columns may not be listed (deduplication is per key already).
     :param arrival_time: the TIMESTAMP column (name or Column) of each row's arrival time, the
         clock of ``idle_timeout`` and ``source_idle_timeout``: e.g. Kafka's ``timestamp``, the file
         source's ``_metadata.file_modification_time`` or a column of your own. The fleet's clock is

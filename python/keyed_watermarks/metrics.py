@@ -11,7 +11,10 @@ from keyed_watermarks._contract import INPUT_METRICS, OUTPUT_METRICS, STAGE_SEPA
 
 
 def metrics(progress: Any) -> Dict[str, Any]:
-    """Our counts for one micro-batch (see docs/semantics.md, "Per-batch metrics").
+    """Our counts for one micro-batch (`Semantics, "Per-batch metrics" <../semantics.html#per-batch-metrics-kw-metrics-progress>`__).
+
+    :param progress: a ``StreamingQueryProgress`` (classic or Spark Connect) or its JSON dict.
+    :returns: a plain dict of the micro-batch's counts.
 
     ``progress`` is a ``StreamingQueryProgress`` (``query.lastProgress``, an element of
     ``query.recentProgress`` or ``event.progress`` in a ``StreamingQueryListener``), of a classic

@@ -29,6 +29,9 @@ _INTERRUPTIONS = (
 def split_report(report: DataFrame) -> Tuple[DataFrame, Optional[DataFrame]]:
     """Splits a report DataFrame (or one micro-batch of it) into ``(results, late_rows)``.
 
+    :param report: the output of :meth:`KeyedWindow.agg_with_report`, or one micro-batch of it.
+    :returns: ``(results, late_rows)``; ``late_rows`` is ``None`` without ``keep_late_rows``.
+
     ``results`` has exactly the columns of ``.agg(...)``. ``late_rows`` has the original
     columns of each late row plus ``kw_watermark`` (the key's watermark at the start of the
     micro-batch) and ``kw_reason``, and also the invalid rows (null key, null event time or
@@ -59,6 +62,11 @@ def foreach_batch(
     results: BatchWriter, late_rows: Optional[BatchWriter] = None
 ) -> Callable[[DataFrame, int], None]:
     """A ``foreachBatch`` function writing results and late rows with two writers.
+
+    :param results: ``writer(df, batch_id)`` for the result rows (the columns of ``.agg``).
+    :param late_rows: optional ``writer(df, batch_id)`` for the late and invalid rows (the query
+        must use ``keep_late_rows=True``).
+    :returns: a function to pass to ``writeStream.foreachBatch``.
 
     Each writer is called as ``writer(df, batch_id)``. The micro-batch is cached while both
     writers read it, so the keyed operator runs once per batch. An example is in

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence, Union
 
 from pyspark.errors import PySparkTypeError
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, functions as F
 
 from keyed_watermarks.keyed import Duration, KeyedWatermark, keyed_watermark
 
@@ -36,6 +35,15 @@ def rollup(
     """Rolls a keyed stage's windows up per another key, in the same query, each key held back
     by the slowest of its upstream keys.
 
+    :param windows: the output of a keyed stage (``keyed_watermark(...).window(...).agg(...)``)
+        with the new key column(s) joined on.
+    :param key: the new key column name or names (e.g. ``"site"``).
+    :param source: the upstream key column(s) (e.g. ``"device"``): the inputs whose minimum holds
+        the new key's watermark.
+    :param lateness: the new stage's lateness (default ``"0 seconds"``).
+    :param name: the stage's name in the metrics (default: the key columns joined with ``_``).
+    :param options: other keyword options of :func:`keyed_watermark`.
+
     ``windows`` is the output of ``keyed_watermark(...).window(...).agg(...)`` (with a ``window``
     column), plus the new key column(s), e.g. a site joined from a static table. Each upstream
     window is one input row whose event time is its window's start (column ``window_start``);
@@ -44,8 +52,8 @@ def rollup(
     window ``[s, e)`` is emitted once every device of the site seen so far has emitted a
     window starting at ``e`` or later. Aggregate the upstream columns with
     ``.window(size).agg(...)`` (a size that is a multiple of the upstream window's, so each
-    upstream window falls in one rollup window), e.g. ``F.sum("n")``; see docs/semantics.md,
-    "Keyed stages in a pipeline".
+    upstream window falls in one rollup window), e.g. ``F.sum("n")``; see
+    `Semantics, "Keyed stages in a pipeline" <../semantics.html#keyed-stages-in-a-pipeline>`__.
 
     >>> sites = spark.createDataFrame([("d1", "north"), ("d2", "north")], "device STRING, site STRING")
     >>> per_device = (kw.keyed_watermark(events, key="device", event_time="ts", lateness="30 seconds")

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Optional, Sequence, Union
 
 from pyspark.errors import PySparkTypeError, PySparkValueError
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, SparkSession, functions as F
+from pyspark.sql.types import StructType
 
-from keyed_watermarks._contract import KEY_STATE_VARIABLE
-from keyed_watermarks._contract import STATE_UNDEFINED as _UNDEFINED
+from keyed_watermarks._contract import KEY_STATE_VARIABLE, STATE_UNDEFINED as _UNDEFINED
 
 
 def read_key_state(
@@ -21,9 +20,16 @@ def read_key_state(
 ) -> DataFrame:
     """One row per key in a keyed-watermark query's state, from its checkpoint.
 
+    :param spark: the SparkSession to read with.
+    :param checkpoint_location: the query's checkpoint location.
+    :param key: names for the key columns (default ``key_0``, ``key_1``, ...).
+    :param batch_id: read the state after this micro-batch (default: the last committed one).
+    :param operator_id: the stateful operator, for a query with several keyed stages (default 0).
+    :returns: a DataFrame of one row per key in state.
+
     Built on Spark's state data source (``spark.read.format("statestore")``, state variable
     ``key_state``), so it reads what the query committed, while it runs or after it stopped.
-    Columns (docs/semantics.md, "Per-key state"):
+    Columns (`Semantics, "Per-key state" <../semantics.html#per-key-state-kw-read-key-state>`__):
 
     - the key columns: ``key_0``, ``key_1``, ... or the names given in ``key``;
     - ``watermark``, ``max_event_time`` (TIMESTAMP; null while undefined);
@@ -63,7 +69,9 @@ def read_key_state(
     if batch_id is not None:
         reader = reader.option("batchId", batch_id)
     state = reader.load()
-    key_fields = state.schema["key"].dataType.fieldNames()
+    key_type = state.schema["key"].dataType
+    assert isinstance(key_type, StructType)  # the state data source's key is a struct
+    key_fields = key_type.fieldNames()
     if names is not None and len(names) != len(key_fields):
         raise PySparkValueError(
             message=f"key: the state has {len(key_fields)} key column(s), got names {names!r}")

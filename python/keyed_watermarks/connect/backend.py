@@ -43,7 +43,7 @@ class ConnectBackend:
     ) -> DataFrame:
         from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
 
-        plan = KeyedWatermarksPlan(events._plan, options, columns, aggregates, step)  # type: ignore[attr-defined]
+        plan = KeyedWatermarksPlan(events._plan, options, columns, aggregates, step)  # type: ignore[arg-type]
         df = ConnectDataFrame(plan, self._session)  # type: ignore[arg-type]
         try:
             df.schema

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
 import pyspark.sql.connect.proto  # noqa: F401  (registers spark/connect/*.proto in the default pool)
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 FILE_NAME = "keyed_watermarks.proto"
 TYPE_NAME = "keyed_watermarks.KeyedWatermarksRelation"
