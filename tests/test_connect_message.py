@@ -7,12 +7,16 @@ aggregates and all three steps.)"""
 
 from __future__ import annotations
 
+import pytest
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_tools import protoc  # grpcio-tools (dev/requirements.txt): protoc as a Python module
 
 from keyed_watermarks.connect import message
+
+# The fast layer: ./dev/test --quick runs the tests marked quick (pytest.ini).
+pytestmark = pytest.mark.quick
 
 PROTO_DIR = Path(__file__).resolve().parents[1] / "jvm" / "src" / "main" / "protobuf"
 

@@ -11,6 +11,9 @@ import pytest
 import keyed_watermarks as kw
 from keyed_watermarks import _contract
 
+# The fast layer: ./dev/test --quick runs the tests marked quick (pytest.ini).
+pytestmark = pytest.mark.quick
+
 
 @pytest.mark.all_versions
 def test_python_contract_equals_the_jvm_contract(spark):

@@ -21,6 +21,9 @@ from support import (
     LATENESS_CHOICES_S, SECOND, agg_of, aggs, in_memory, late_per_batch_key, options, packed_streams, run_in_memory,
 )
 
+# The fast layer: ./dev/test --quick runs the tests marked quick (pytest.ini).
+pytestmark = pytest.mark.quick
+
 SESSION_STRATEGIES = [("every_batch", "accumulating"), ("every_batch", "discarding"), ("every_batch", "retracting")]
 # emit='every <duration>': early panes at least that much processing time apart (the harness'
 # batch clock, drawn per case).

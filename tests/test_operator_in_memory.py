@@ -15,6 +15,7 @@ rows per (batch, key) with the key's watermark.
 
 from __future__ import annotations
 
+import pytest
 from collections import Counter
 from typing import Any, Dict
 
@@ -27,6 +28,9 @@ from support import (
     LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, aggs, check_windows, in_memory, late_per_batch_key, options,
     packed_streams, per_row_gap, run_in_memory,
 )
+
+# The fast layer: ./dev/test --quick runs the tests marked quick (pytest.ini).
+pytestmark = pytest.mark.quick
 
 
 @in_memory

@@ -1,7 +1,8 @@
 """The watermark policies (docs/semantics.md, "Watermark policies" and "Idle keys"), in memory,
 against the policy model (tests/policy_model.py), with at least 100 generated cases per policy:
 per-key lateness (a column or a mapping), adaptive lateness, min of sources, the skew bound
-(max_skew, with per-key or adaptive lateness), closing='global', closing='fleet' and idle_timeout (on the wall clock and on the arrival clock).
+(max_skew, with per-key or adaptive lateness), closing='global', closing='fleet' and idle_timeout
+(on the wall clock and on the arrival clock).
 
 Each case drives the operator over the in-memory state store and timers of Spark's TwsTester
 (jvm/src/test/scala/.../testing/OperatorHarness.scala), micro-batch by micro-batch, with the
@@ -19,6 +20,7 @@ and its watermark at the start of the batch).
 
 from __future__ import annotations
 
+import pytest
 from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -29,6 +31,9 @@ from pyspark.sql import functions as F
 from policy_model import Policy, PolicyResult, run_policy_model
 from reference_model import spark_watermark_ms, valid_max_ms
 from support import POLICY_SCHEMA, SECOND, in_memory, policy_rows, policy_stream, run_in_memory
+
+# The fast layer: ./dev/test --quick runs the tests marked quick (pytest.ini).
+pytestmark = pytest.mark.quick
 
 WINDOW_S = 10
 SKEWS_S = [0, 10, 30]  # small enough that keys fall behind the fleet and leave state

@@ -31,6 +31,9 @@ from pyspark.sql import DataFrame, functions as F
 import keyed_watermarks as kw
 from support import BASE, SECOND, Replay, executed_plan, run_to_end, ts
 
+# The fast layer: ./dev/test --quick runs the tests marked quick (pytest.ini).
+pytestmark = pytest.mark.quick
+
 SIZE = "10 seconds"
 SIZE_US = 10 * SECOND
 LATENESS = "5 seconds"

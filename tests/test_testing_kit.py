@@ -145,7 +145,7 @@ def test_kit_idle_timeout_with_processing_times(policy_events, schedule, latenes
     model = run_policy_model(batches, 10 * SECOND, policy, times)
     note(f"lateness={lateness_s}s times={times} model={model}")
     query = kw.keyed_watermark(policy_events, key="device", event_time="ts", lateness=f"{lateness_s} seconds",
-                               idle_timeout=f"{IDLE_S} seconds").window("10 seconds")
+                               idle_timeout=f"{IDLE_S} seconds", idle_clock="processing_time").window("10 seconds")
     tester = KeyedQueryTester(query, *aggs(), start=times[0])
     assert tester.time_mode == "ProcessingTime"
     out = tester.run([[(k, ts(t), v, None, src) for k, t, v, _lat, src in b] for b in batches],
