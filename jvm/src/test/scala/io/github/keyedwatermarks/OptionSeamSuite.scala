@@ -32,7 +32,8 @@ class OptionSeamSuite extends SparkSuite {
   private def fromOptions(options: String, columns: Map[String, Column] = Map.empty,
       window: String = """"window": {"size": "10 seconds"}"""): KeyedQuerySpec = {
     val json = s"""{"key": ["k"], "event_time": "ts", "lateness": "5 seconds", $window${
-        if (options.isEmpty) "" else ", " + options}}"""
+        if (options.isEmpty) "" else ", " + options
+      }}"""
     QueryOptions.query(json, columns.asJava, aggregates)
   }
 
@@ -43,15 +44,17 @@ class OptionSeamSuite extends SparkSuite {
 
   test("every watermark option: the builder's spec equals the options' spec") {
     same(builder, "")
-    same(builder.withLatenessColumn(lat).withMaxSkew("10 minutes").withMaxAhead("unbounded")
-      .withStuckAfter("1 minute").withMetrics("counts").withName("s1").withDedup("id"),
+    same(
+      builder.withLatenessColumn(lat).withMaxSkew("10 minutes").withMaxAhead("unbounded")
+        .withStuckAfter("1 minute").withMetrics("counts").withName("s1").withDedup("id"),
       """"max_skew": "10 minutes", "max_ahead": "unbounded", "stuck_after": "1 minute", "metrics": "counts",
         |"name": "s1", "dedup": ["id"]""".stripMargin, Map("key_lateness" -> lat))
     same(builder.withLatenessMapping(Map("a" -> "1 second", "b" -> "2 seconds"))
-      .withSources(src, Seq("0", "1"), Some("1 minute")).withMaxAhead("2 hours"),
+        .withSources(src, Seq("0", "1"), Some("1 minute")).withMaxAhead("2 hours"),
       """"key_lateness": {"a": "1 second", "b": "2 seconds"}, "sources": ["0", "1"],
         |"source_idle_timeout": "1 minute", "max_ahead": "2 hours"""".stripMargin, Map("source" -> src))
-    same(builder.withAdaptiveLateness(0.9, "1 second", "10 minutes", 0.05).withIdleTimeout("30 seconds", advance = true),
+    same(builder.withAdaptiveLateness(0.9, "1 second", "10 minutes", 0.05)
+        .withIdleTimeout("30 seconds", advance = true),
       """"adaptive_lateness": {"quantile": 0.9, "min": "1 second", "max": "10 minutes", "relative_error": 0.05},
         |"idle_timeout": "30 seconds", "advance_when_idle": true""".stripMargin)
     same(builder.withAdaptiveLateness(), """"adaptive_lateness": {}""")

@@ -10,11 +10,12 @@ import io.github.keyedwatermarks.window.{AlignedWindows, SessionWindows, WindowA
 /** The engine's pane rule for an [[Emission]], and what it makes an open window's state row hold. */
 private[keyedwatermarks] object PaneRules {
 
-  def of(e: Emission): PaneRule = PaneRule(e.early, e.earlyPaneIntervalMs, e.accumulation match {
-    case Emission.Accumulating => PaneRule.Accumulating
-    case Emission.Discarding => PaneRule.Discarding
-    case Emission.Retracting => PaneRule.Retracting
-  })
+  def of(e: Emission): PaneRule = PaneRule(e.early, e.earlyPaneIntervalMs,
+    e.accumulation match {
+      case Emission.Accumulating => PaneRule.Accumulating
+      case Emission.Discarding => PaneRule.Discarding
+      case Emission.Retracting => PaneRule.Retracting
+    })
 
   /**
    * The layout of an open window's row in state (state.OpenWindowRows) for `rule`: with

@@ -53,7 +53,8 @@ final case class WatermarkSpec(
       "closing='global' follows Spark's global event-time watermark and cannot be combined with " +
         "idle_timeout, clock='processing_time' or source_idle_timeout, which need processing-time timers")
     if (advanceWhenIdle && idleTimeout.isEmpty) fail("advance_when_idle: needs idle_timeout")
-    if (closing == Closing.Global && (keyLateness != KeyLateness.Fixed || sources.isDefined || maxSkew.isInstanceOf[SkewOf])) fail(
+    val perKey = keyLateness != KeyLateness.Fixed || sources.isDefined
+    if (closing == Closing.Global && (perKey || maxSkew.isInstanceOf[SkewOf])) fail(
       "closing='global' uses Spark's one global watermark: per-key, adaptive lateness, sources and max_skew do not apply")
     if (closing == Closing.Fleet && followsWallClock) fail(
       "closing='fleet' follows Spark's global event-time watermark and cannot be combined with " +
