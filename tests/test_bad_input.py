@@ -179,7 +179,6 @@ def test_non_positive_idle_timeout(events, bad):
      "^arrival_time: column 'temp' must be of type TIMESTAMP .* but it is DOUBLE"),
     (lambda: {"idle_timeout": "1 minute", "arrival_time": F.col("ts_str")}, IllegalArgumentException,
      "^arrival_time: column 'ts_str' must be of type TIMESTAMP"),
-    ({"arrival_time": "ts"}, IllegalArgumentException, "^arrival_time: only the idle options read it"),
     ({"idle_timeout": "1 minute", "idle_clock": "processing_time", "arrival_time": "ts"}, IllegalArgumentException,
      "^arrival_time: not read with idle_clock='processing_time'"),
     ({"idle_clock": "wall"}, IllegalArgumentException, "^idle_clock: expected 'arrival' or 'processing_time', got 'wall'"),
@@ -197,6 +196,11 @@ def test_bad_arrival_clock_options(events, options, error, message):
     options = options() if callable(options) else options
     with pytest.raises(error, match=message):
         _keyed(events, **options)
+
+
+def test_arrival_time_without_idle_options_is_refused_before_start(events):
+    with pytest.raises(IllegalArgumentException, match="^arrival_time: only the idle options read it"):
+        _keyed(events, arrival_time="ts").window("10 seconds").agg(F.count("*").alias("n"))
 
 
 def test_arrival_clock_after_an_upstream_watermark_is_refused(events):

@@ -23,6 +23,11 @@ import io.github.keyedwatermarks.spec.{SkewBound, WatermarkSpec}
  */
 object KeyedWatermarks {
 
+  /**
+   * `idleTimeout` here is on the arrival clock (the default idle clock), which needs an arrival
+   * time: it is refused unless set through the builder (`withArrivalTime(...)` or
+   * `withIdleClock("processing_time")`, then `withIdleTimeout(...)`).
+   */
   def apply(
       events: DataFrame,
       keys: Seq[String],

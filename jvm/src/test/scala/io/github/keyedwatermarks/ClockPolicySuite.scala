@@ -50,7 +50,7 @@ class ClockPolicySuite extends SparkSuite {
 
   test("advance_when_idle: a silent key's watermark follows the wall clock after the timeout, keeping its lag") {
     val input = MemoryStream[Event](Encoders.product[Event], spark)
-    val q = query(input.toDF(), 0L)(_.withIdleTimeout("10 seconds", advance = true).withIdleClock("processing_time"))
+    val q = query(input.toDF(), 0L)(_.withIdleClock("processing_time").withIdleTimeout("10 seconds", advance = true))
     try {
       input.addData(Event("a", t(100), 1.0))
       q.step() // at 1 s: wm(a) = 95 s; [100, 110) needs 15 s more after 10 s of silence
@@ -66,8 +66,8 @@ class ClockPolicySuite extends SparkSuite {
   test("min of inputs: a source silent for its idle timeout stops holding the key back") {
     val input = MemoryStream[SourcedEvent](Encoders.product[SourcedEvent], spark)
     val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "0 seconds")
-      .withSources(col("src"), Seq("gw1", "gw2"), Some("10 seconds"))
       .withIdleClock("processing_time")
+      .withSources(col("src"), Seq("gw1", "gw2"), Some("10 seconds"))
       .window("10 seconds").aggWithReport(count(lit(1)).as("n"))
     val q = new ManualClockQuery(out, tempDir(), 0L)
     try {

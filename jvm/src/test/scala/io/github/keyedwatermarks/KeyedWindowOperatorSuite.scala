@@ -24,8 +24,9 @@ class KeyedWindowOperatorSuite extends SparkSuite {
 
   private def start(idle: Option[String]) = {
     val input = MemoryStream[Event](Encoders.product[Event], spark)
-    val keyed = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "5 seconds", idle)
-    val out = (if (idle.isDefined) keyed.withIdleClock("processing_time") else keyed)
+    val keyed = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "5 seconds")
+    // The wall clock by name (the ManualClock drives processing time).
+    val out = idle.fold(keyed)(t => keyed.withIdleClock("processing_time").withIdleTimeout(t))
       .window("10 seconds")
       .aggWithReport(count(lit(1)).as("n"), sum("temp").as("s"))
     (input, new ManualClockQuery(out, tempDir(), 0L))

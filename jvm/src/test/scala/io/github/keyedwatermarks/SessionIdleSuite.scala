@@ -23,8 +23,9 @@ class SessionIdleSuite extends SparkSuite {
   test("an idle key emits a fired session that changed since (its next revision), not only unfired ones") {
     val input = MemoryStream[Event](Encoders.product[Event], spark)
     val aggs = Seq(count(lit(1)).as("n"), sum("temp").as("s"))
-    val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "0 seconds", Some("10 seconds"))
+    val out = KeyedWatermarks(input.toDF(), Seq("device"), "ts", "0 seconds")
       .withIdleClock("processing_time")
+      .withIdleTimeout("10 seconds")
       .session("10 seconds", "20 seconds")
       .aggWithReport(aggs: _*)
     val q = new ManualClockQuery(out, tempDir(), 0L)

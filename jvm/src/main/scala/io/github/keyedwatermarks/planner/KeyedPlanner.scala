@@ -122,6 +122,7 @@ private[keyedwatermarks] object KeyedPlanner {
    */
   def resolveInput(events: DataFrame, spec: KeyedQuerySpec, streaming: Boolean = true): InputPlan = {
     val input = SpecChecks.watermark(spec.watermark, events, streaming)
+    spec.watermark.validateQuery()
     SpecChecks.windows(spec.windows, events)
     requireRocksDb(events)
     input

@@ -108,12 +108,18 @@ final case class WatermarkSpec(
         "idle_clock='processing_time' to measure it on the query's wall clock (not outage-safe: a query that was " +
         "down or is catching up sees every key idle)")
     }
-    if (arrivalTime.isDefined && !idleOnArrival) fail(
-      if (idleOptions.isEmpty) "arrival_time: only the idle options read it (idle_timeout, source_idle_timeout); " +
-        "set one, or drop arrival_time"
-      else "arrival_time: not read with idle_clock='processing_time' or clock='processing_time' (the idle " +
+    if (arrivalTime.isDefined && idleOptions.nonEmpty && !idleOnArrival) fail(
+      "arrival_time: not read with idle_clock='processing_time' or clock='processing_time' (the idle " +
         "options then follow the wall clock); drop it, or use the arrival clock (idle_clock='arrival')")
   }
+
+  /**
+   * The rules of a complete query (checked when it is planned, not at each step of the Scala
+   * builder, which may set arrival_time before the idle options that read it).
+   */
+  private[keyedwatermarks] def validateQuery(): Unit =
+    if (arrivalTime.isDefined && idleOptions.isEmpty) OptionError(
+      "arrival_time: only the idle options read it (idle_timeout, source_idle_timeout); set one, or drop arrival_time")
 }
 
 object WatermarkSpec {
