@@ -94,14 +94,8 @@ class HeldWatermarkSuite extends AnyFunSuite {
 
   test(
     "closing='fleet': the skew learnt when the key's max moves, the floor behind Spark's watermark (capped at the key's max), end only") {
-<<<<<<< ours
-    val spec =
-      WatermarkSpec(Seq("k"), "t", DurationOption("lateness", "0 seconds"), maxSkew = SkewOf(100L),
-        closing = Closing.Fleet)
-=======
     val spec = WatermarkSpec(Seq("k"), "t", DurationOption("lateness", "0 seconds"), maxSkew = SkewOf(100L),
       closing = Closing.Fleet)
->>>>>>> theirs
     val policy = spec.policy
     val fleet = policy.fleet.get
     assert(policy.proposal == Proposal.ClockOnly && fleet == FleetFloor(100L, 0L) && policy.maxSkewMicros.contains(

@@ -53,13 +53,8 @@ class OptionSeamSuite extends SparkSuite {
         .withSources(src, Seq("0", "1"), Some("1 minute")).withMaxAhead("2 hours"),
       """"key_lateness": {"a": "1 second", "b": "2 seconds"}, "sources": ["0", "1"],
         |"source_idle_timeout": "1 minute", "max_ahead": "2 hours"""".stripMargin, Map("source" -> src))
-<<<<<<< ours
-    same(builder.withAdaptiveLateness(0.9, "1 second", "10 minutes", 0.05).withIdleTimeout("30 seconds",
-        advance = true),
-=======
     same(builder.withAdaptiveLateness(0.9, "1 second", "10 minutes", 0.05)
         .withIdleTimeout("30 seconds", advance = true),
->>>>>>> theirs
       """"adaptive_lateness": {"quantile": 0.9, "min": "1 second", "max": "10 minutes", "relative_error": 0.05},
         |"idle_timeout": "30 seconds", "advance_when_idle": true""".stripMargin)
     same(builder.withAdaptiveLateness(), """"adaptive_lateness": {}""")

@@ -84,13 +84,8 @@ final case class WatermarkSpec(
     if (closing == Closing.Global && followsOwnClock) fail(
       s"closing='global' follows Spark's global event-time watermark and cannot be combined with $ownClock")
     if (advanceWhenIdle && idleTimeout.isEmpty) fail("advance_when_idle: needs idle_timeout")
-<<<<<<< ours
-    if (closing == Closing.Global && (keyLateness != KeyLateness.Fixed || sources.isDefined || maxSkew.isInstanceOf[
-        SkewOf])) fail(
-=======
     val perKey = keyLateness != KeyLateness.Fixed || sources.isDefined
     if (closing == Closing.Global && (perKey || maxSkew.isInstanceOf[SkewOf])) fail(
->>>>>>> theirs
       "closing='global' uses Spark's one global watermark: per-key, adaptive lateness, sources and max_skew do not apply")
     if (closing == Closing.Fleet && followsOwnClock) fail(
       s"closing='fleet' follows Spark's global event-time watermark and cannot be combined with $ownClock")
