@@ -17,12 +17,13 @@ class OptionSeamSuite extends SparkSuite {
   private lazy val events: DataFrame = spark.readStream.format("rate").load()
     .select(col("value").cast("string").as("k"), col("timestamp").as("ts"), col("value").as("v"),
       lit("1 second").as("lat"), (col("value") % 2).cast("string").as("src"), col("value").as("id"),
-      lit("5 seconds").as("g"))
+      lit("5 seconds").as("g"), col("timestamp").as("arr"))
 
   private val aggregates = Seq(count(lit(1)).as("n"))
   // One Column value each, given to both ways (as a caller would).
   private val lat = col("lat")
   private val src = col("src")
+  private val arr = col("arr")
   private val gap = col("g")
 
   /**
@@ -49,14 +50,16 @@ class OptionSeamSuite extends SparkSuite {
         .withStuckAfter("1 minute").withMetrics("counts").withName("s1").withDedup("id"),
       """"max_skew": "10 minutes", "max_ahead": "unbounded", "stuck_after": "1 minute", "metrics": "counts",
         |"name": "s1", "dedup": ["id"]""".stripMargin, Map("key_lateness" -> lat))
-    same(builder.withLatenessMapping(Map("a" -> "1 second", "b" -> "2 seconds"))
+    same(builder.withLatenessMapping(Map("a" -> "1 second", "b" -> "2 seconds")).withIdleClock("processing_time")
         .withSources(src, Seq("0", "1"), Some("1 minute")).withMaxAhead("2 hours"),
-      """"key_lateness": {"a": "1 second", "b": "2 seconds"}, "sources": ["0", "1"],
+      """"key_lateness": {"a": "1 second", "b": "2 seconds"}, "sources": ["0", "1"], "idle_clock": "processing_time",
         |"source_idle_timeout": "1 minute", "max_ahead": "2 hours"""".stripMargin, Map("source" -> src))
-    same(builder.withAdaptiveLateness(0.9, "1 second", "10 minutes", 0.05)
+    same(builder.withAdaptiveLateness(0.9, "1 second", "10 minutes", 0.05).withArrivalTime(arr)
         .withIdleTimeout("30 seconds", advance = true),
       """"adaptive_lateness": {"quantile": 0.9, "min": "1 second", "max": "10 minutes", "relative_error": 0.05},
-        |"idle_timeout": "30 seconds", "advance_when_idle": true""".stripMargin)
+        |"idle_timeout": "30 seconds", "advance_when_idle": true""".stripMargin, Map("arrival_time" -> arr))
+    same(builder.withIdleClock("arrival").withArrivalTime(arr).withIdleTimeout("1 minute"),
+      """"idle_clock": "arrival", "idle_timeout": "1 minute"""", Map("arrival_time" -> arr))
     same(builder.withAdaptiveLateness(), """"adaptive_lateness": {}""")
     same(builder.withClock("processing_time").withIdleTimeout("1 minute"),
       """"clock": "processing_time", "idle_timeout": "1 minute"""")
