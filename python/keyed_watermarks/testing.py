@@ -177,7 +177,7 @@ class KeyedQueryTester:
         self._result = query.agg(*aggs).schema
         self._keys = list(query._options["key"])
         options = {**query._options, "report": True, "keep_late_rows": True}
-        jvm = events.sparkSession.sparkContext._jvm
+        jvm: Any = events.sparkSession.sparkContext._jvm  # py4j's JVMView (Optional in pyspark's hints)
         jcolumns = jvm.java.util.HashMap()
         for name, c in query._columns.items():
             jcolumns.put(name, c._jc)
