@@ -235,7 +235,7 @@ def test_release_maven_layout_and_checksums(release):
         assert "index.html" in zipfile.ZipFile(d / f"{artifact}-{version}-javadoc.jar").namelist()
         # The POM: these coordinates, Spark `provided` (never pulled in by a user's build).
         pom = ET.parse(d / f"{artifact}-{version}.pom").getroot()
-        ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+        ns = {"m": pom.tag[1:].split("}")[0]}  # the POM's XML namespace, as the file declares it
         assert [pom.findtext(f"m:{t}", namespaces=ns) for t in ("groupId", "artifactId", "version")] == [
             "io.github.keyedwatermarks", artifact, version]
         deps = {dep.findtext("m:artifactId", namespaces=ns): dep.findtext("m:scope", namespaces=ns)
