@@ -2,7 +2,8 @@
 //
 // One jar per Spark minor version, all built from the same sources (jvm/src/main/scala; what
 // touches Spark's internal APIs is in catalyst/, partials/ and shims/) plus, when a line needs
-// one, a per-version folder (jvm/src/main/scala-spark-<minor>; none today); the layout Spark
+// one, a per-version folder (jvm/src/main/scala-spark-<minor>) or a range folder shared by
+// several lines (scala-spark-<from>-<to>); the layout Spark
 // libraries such as Delta use. shims.BuiltFor is generated per line. `./dev/sbt package` builds them all.
 
 // The release, in one place: python/keyed_watermarks/VERSION (also read by python/pyproject.toml
@@ -109,7 +110,8 @@ def providedSparkInPom(line: SparkLine): Seq[Setting[_]] =
  * The jar for one Spark line: jar keyed-watermarks-spark<minor>_2.13-<version>.jar. Every line
  * shares jvm/ (sources, tests) with its own target folder, plus its own shim folders
  * (src/main/scala-spark-<minor>, and src/test/scala-spark-<minor> for test-only helpers whose
- * Spark API differs). Every line compiles the Scala tests; dev/test runs all of them on the main
+ * Spark API differs), and the range folders that hold it (scala-spark-<from>-<to>: a shim shared
+ * by the lines of one API generation; SparkLine.shimFolders). Every line compiles the Scala tests; dev/test runs all of them on the main
  * line and the processing-time timer suite on the others (the Python suite covers the rest).
  */
 def sparkProject(line: SparkLine): Project = {
@@ -121,8 +123,7 @@ def sparkProject(line: SparkLine): Project = {
       name := s"keyed-watermarks-spark${line.minor}",
       moduleName := name.value, // keep the dot: sbt would normalize it to spark4-1
       target := baseDirectory.value / "target" / s"spark-${line.minor}",
-      Compile / unmanagedSourceDirectories +=
-        baseDirectory.value / "src" / "main" / s"scala-spark-${line.minor}",
+      Compile / unmanagedSourceDirectories ++= line.shimFolders(baseDirectory.value / "src" / "main"),
       // shims.BuiltFor: the Spark line this jar is compiled against (shims.SparkVersionCheck).
       Compile / sourceGenerators += Def.task {
         val out = (Compile / sourceManaged).value / "io" / "github" / "keyedwatermarks" / "shims" / "BuiltFor.scala"
@@ -137,8 +138,7 @@ def sparkProject(line: SparkLine): Project = {
              |""".stripMargin)
         Seq(out)
       }.taskValue,
-      Test / unmanagedSourceDirectories +=
-        baseDirectory.value / "src" / "test" / s"scala-spark-${line.minor}",
+      Test / unmanagedSourceDirectories ++= line.shimFolders(baseDirectory.value / "src" / "test"),
       libraryDependencies += "org.scalatest" %% "scalatest" % "3.2.19" % Test,
       // The in-memory operator harness drives Spark's TwsTester: compiled on the main line only
       // (4.0 and 4.1 have no TwsTester), where its Python tests run.

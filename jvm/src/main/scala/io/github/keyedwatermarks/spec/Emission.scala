@@ -87,8 +87,7 @@ object Emission {
         s"'every 10 seconds'), got '$text'")
   }
 
-  def accumulation(text: String): Accumulation = Accumulations.find(_.name == text).getOrElse(OptionError(
-      s"accumulation: expected ${Accumulations.map(a => s"'${a.name}'").mkString(", ")}, got '$text'"))
+  def accumulation(text: String): Accumulation = OptionError.choice("accumulation", text, Accumulations)(_.name)
 
   /** The option values as the user wrote them (None: the default). */
   def of(emit: Option[String], accumulation: Option[String]): Emission =

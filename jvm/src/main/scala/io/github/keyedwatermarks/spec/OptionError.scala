@@ -6,4 +6,14 @@ package io.github.keyedwatermarks.spec
  */
 private[keyedwatermarks] object OptionError {
   def apply(message: String): Nothing = throw new IllegalArgumentException(message)
+
+  /**
+   * One of an option's named choices, or the error that lists them all, e.g. "closing: expected
+   * 'keyed', 'global' or 'fleet', got 'flet'". One message shape for every sealed choice.
+   */
+  def choice[C](option: String, text: String, choices: Seq[C])(name: C => String): C =
+    choices.find(c => name(c) == text).getOrElse {
+      val names = choices.map(c => s"'${name(c)}'")
+      apply(s"$option: expected ${names.init.mkString(", ")} or ${names.last}, got '$text'")
+    }
 }

@@ -141,11 +141,7 @@ object WatermarkSpec {
     else Some(DurationOption.nonNegative("max_ahead", text).micros)
 
   /** metrics: "keys" (the per-key metrics too, the default) or "counts" (only the counts). */
-  def keyMetrics(text: String): Boolean = text match {
-    case "keys" => true
-    case "counts" => false
-    case other => OptionError(s"metrics: expected 'keys' or 'counts', got '$other'")
-  }
+  def keyMetrics(text: String): Boolean = OptionError.choice("metrics", text, Seq("keys", "counts"))(identity) == "keys"
 }
 
 /** Option `clock`: what a key's watermark follows (one choice). */
@@ -158,8 +154,9 @@ object KeyClock {
   /** The wall clock: the micro-batch's processing time minus the lateness. */
   case object ProcessingTime extends KeyClock("processing_time")
 
-  def parse(text: String): KeyClock = Seq(EventTime, ProcessingTime).find(_.name == text)
-    .getOrElse(OptionError(s"clock: expected 'event_time' or 'processing_time', got '$text'"))
+  val All: Seq[KeyClock] = Seq(EventTime, ProcessingTime)
+
+  def parse(text: String): KeyClock = OptionError.choice("clock", text, All)(_.name)
 }
 
 /**
@@ -178,8 +175,9 @@ object Closing {
   /** Spark's global watermark behind each key's own learnt skew ("Fleet closing"). */
   case object Fleet extends Closing("fleet")
 
-  def parse(text: String): Closing = Seq(Keyed, Global, Fleet).find(_.name == text)
-    .getOrElse(OptionError(s"closing: expected 'keyed', 'global' or 'fleet', got '$text'"))
+  val All: Seq[Closing] = Seq(Keyed, Global, Fleet)
+
+  def parse(text: String): Closing = OptionError.choice("closing", text, All)(_.name)
 }
 
 /** Option `idle_clock`: the clock of the idle options (docs/semantics.md, "Idle keys"). One choice. */
@@ -192,8 +190,9 @@ object IdleClock {
   /** The micro-batch's processing time: the wall clock, by name only (not outage-safe). */
   case object ProcessingTime extends IdleClock("processing_time")
 
-  def parse(text: String): IdleClock = Seq(Arrival, ProcessingTime).find(_.name == text)
-    .getOrElse(OptionError(s"idle_clock: expected 'arrival' or 'processing_time', got '$text'"))
+  val All: Seq[IdleClock] = Seq(Arrival, ProcessingTime)
+
+  def parse(text: String): IdleClock = OptionError.choice("idle_clock", text, All)(_.name)
 }
 
 /** Where each key's lateness comes from: one choice, so two ways cannot be combined. */
