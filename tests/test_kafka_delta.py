@@ -1,6 +1,8 @@
 """Kafka -> keyed windows -> Delta, end to end, with a real broker (dev/kafka_broker.py), the
 real producer (examples/iot_producer.py), the real pipeline (examples/kafka_to_delta.py) in
-its own process, and Delta tables read back with Spark.
+its own process (the last restart after the kills, which needs no crash point, runs the same
+pipeline code in the test's Spark session: one Spark start-up less each), and Delta tables read
+back with Spark.
 
 Oracles (tests/kafka_oracle.py): the messages read back from the topic, the micro-batches the
 query's checkpoint logged, the reference model over those batches (which rows are on time,
@@ -128,6 +130,19 @@ class Run:
                            *self.args(available_now)])
         rc = proc.wait(timeout=STARTUP_TIMEOUT_S)
         assert rc == 0, f"pipeline failed ({rc}):\n{self.log_tail()}"
+
+    def run_in_process(self, spark) -> None:
+        """Runs the pipeline to the end (from its checkpoint, if any) in this process's Spark
+        session: the same code as in its own process (kafka_to_delta.start, the session of
+        kafka_to_delta.build_session), without a Spark start-up to pay. The restarts after a
+        kill -9 that need no crash point of their own run so; the pipeline's own process
+        (kafka_to_delta.main) runs to its end in the uninterrupted and broker-restart runs."""
+        query = kafka_to_delta.start(spark, kafka_to_delta.parse_args(self.args()), log=lambda _: None)
+        try:
+            query.awaitTermination()
+        finally:
+            spark.streams.removeListener(query.printer)
+        assert query.exception() is None, query.exception()
 
     def run_until_crash(self, batch: int, phase: str, available_now: bool = True) -> dict:
         """Starts the pipeline with a crash point, kill -9s its process group there."""
@@ -315,7 +330,7 @@ def test_kill9_at_seeded_points_loses_and_duplicates_nothing(delta_spark, tmp_pa
         # The batch was cut before Spark committed it: its replay is what must not double.
         assert not (run.checkpoint / "commits" / str(batch)).exists()
         assert (run.checkpoint / "offsets" / str(batch)).exists()
-    run.run_to_end()
+    run.run_in_process(delta_spark)  # the last restart, to the end
     figures = crash_figures(delta_spark, run, uninterrupted)
     print(f"\nkill points: {kills}\nfigures: {figures}")
     assert figures["windows_duplicated"] == figures["windows_missing"] == 0
@@ -347,7 +362,7 @@ def test_kill9_while_producer_keeps_writing(delta_spark, tmp_path, broker):
         producer = Producing(broker, topic, chunks[k + 1])
         batch += 1  # the restart replays the cut batch, then this one needs new data
     producer.join()
-    run.run_to_end(available_now=True)
+    run.run_in_process(delta_spark)  # the last restart, to the end (AvailableNow)
     figures = check_against_oracle(delta_spark, run, msgs)
     print(f"\nkill points: {kills}\nfigures: {figures}")
 
@@ -419,16 +434,6 @@ class MergeRun(Run):
         return super().args(available_now) + [
             "--max-offsets-per-trigger", str(MERGE_MAX_OFFSETS),  # the last one given counts
             "--emit", "every_batch", "--accumulation", MERGE_ACCUMULATION, "--sink", "merge"]
-
-    def run_in_process(self, spark) -> None:
-        """Runs the pipeline to the end (from its checkpoint, if any) in this process's Spark
-        session: the same code as in its own process, without a Spark start-up to pay."""
-        query = kafka_to_delta.start(spark, kafka_to_delta.parse_args(self.args()), log=lambda _: None)
-        try:
-            query.awaitTermination()
-        finally:
-            spark.streams.removeListener(query.printer)
-        assert query.exception() is None, query.exception()
 
 
 def merged_txn_versions(table: str) -> List[tuple]:
