@@ -223,3 +223,62 @@ def test_source_idle_timeout_on_arrival_clock_in_memory(harness, data, expected)
                                 **({"sources": expected} if expected else {})},
                 lambda lateness: Policy(lateness, sources=expected, max_skew=None,
                                         source_idle_timeout=MODEL_IDLE_S * SECOND), {"source": F.col("src")})
+
+
+# -- what the arrival clock refuses: one global watermark per query, and per checkpoint -------
+
+
+def _stage(spark, root: Path, **options):
+    events = (spark.readStream.schema("device STRING, ts TIMESTAMP, temp DOUBLE")
+              .option("maxFilesPerTrigger", 1).parquet(str(root / "input")))
+    if "arrival_time" in options:
+        options["arrival_time"] = F.col("_metadata.file_modification_time")
+    return (kw.keyed_watermark(events, key="device", event_time="ts", lateness="0 seconds", **options)
+            .window(f"{WINDOW_S} seconds").agg(F.count("*").alias("n")))
+
+
+def _run(df, root: Path):
+    q = (df.writeStream.format("parquet").outputMode("append").option("path", str(root / "out"))
+         .option("checkpointLocation", str(root / "checkpoint")).trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(240)
+    except Exception:  # noqa: BLE001 - a failed query raises it here; the test reads q.exception()
+        pass
+    return q
+
+
+@pytest.mark.parametrize("first, then", [
+    pytest.param({}, {"idle_timeout": f"{IDLE_S} seconds", "arrival_time": True}, id="max_skew_then_arrival"),
+    pytest.param({"idle_timeout": f"{IDLE_S} seconds", "arrival_time": True}, {"closing": "fleet"},
+                 id="arrival_then_fleet"),
+])
+def test_checkpoint_of_another_global_watermark_is_refused(spark, tmp_path, first, then):
+    """Spark keeps one global watermark value in the checkpoint: written by a stage whose value is
+    event time (max_skew, by default, or closing), it cannot become the arrival clock of idle
+    options added at a restart, nor the other way round. Refused by the stage record before the
+    first micro-batch after the restart, naming both sides' options; nothing is committed."""
+    (tmp_path / "input").mkdir()
+    for i, (rows, arrival) in enumerate(STREAM[:2]):
+        write_file(spark, tmp_path, i, rows, arrival)
+    q = _run(_stage(spark, tmp_path, **dict(first)), tmp_path)
+    assert q.exception() is None
+    commits = sorted((tmp_path / "checkpoint" / "commits").iterdir())
+    write_file(spark, tmp_path, 2, *STREAM[2])
+    q = _run(_stage(spark, tmp_path, **dict(then)), tmp_path)
+    message = str(q.exception())
+    assert "global watermark" in message and "restart it from a new checkpoint location" in message, message
+    assert "on event time (max_skew / closing)" in message and "arrival_time" in message, message
+    assert sorted((tmp_path / "checkpoint" / "commits").iterdir()) == commits
+
+
+def test_a_stage_after_an_arrival_clock_stage_cannot_follow_the_global_watermark(spark, tmp_path):
+    """A later keyed stage's skew bound (its default, or set) would follow the upstream stage's
+    arrival clock as if it were event time: refused before the query starts, naming
+    max_skew='unbounded', which is accepted."""
+    (tmp_path / "input").mkdir()
+    devices = _stage(spark, tmp_path, idle_timeout=f"{IDLE_S} seconds", arrival_time=True)
+    for options in ({}, {"max_skew": "1 minute"}):
+        with pytest.raises(Exception, match=r"max_skew / closing: .*arrival clock.*max_skew='unbounded'"):
+            kw.rollup(devices, key="device", source="device", **options).window("1 minute").agg(F.sum("n"))
+    assert kw.rollup(devices, key="device", source="device", max_skew="unbounded").window(
+        "1 minute").agg(F.sum("n")).isStreaming
