@@ -40,6 +40,16 @@ only read with ``sources``). Per key the *held* watermark never moves backward:
   least ``A_N`` (a null arrival counts as ``A_N``), and the rule decides at the start of the batch,
   before its rows (a key idle at ``A_N`` has its windows emitted even if it has rows in batch N,
   which are then late). One trailing no-data batch runs when ``A`` advanced in the last batch.
+  With ``advance_when_idle`` (arrival clock): an idle key keeps its windows; its watermark gets
+  the floor ``wm_a + (A_N - a(k) - T)`` while ``A_N - a(k) > T`` (``wm_a`` its watermark at the
+  end of its last batch with rows), applied at the start of every batch (and, for a key without
+  rows, by its timer: the same value); an idle key left without open windows is quiet from that
+  batch's ``A_N`` on and forgotten, at the start of a batch, once quiet for T.
+- with ``source_idle_timeout`` S (sources, arrival clock): a source's last arrival is the max
+  arrival time of its rows (at least ``A_N``); at the end of a batch with rows of the key, a source
+  whose last arrival *before the batch* is at least S before ``A_N`` is idle (a source first seen
+  in the batch is not); the proposal is the min over the sources that are not idle (the max over
+  all if all are). A key without rows gets the same proposal at ``A_N`` (its timer), raised to.
 
 ``E_N`` is Spark's: ``max over rows of batches < N of floor(t / 1000) ms - lateness``,
 undefined in batch 0; one trailing no-data batch runs when ``E`` advanced in the last batch.
@@ -67,6 +77,12 @@ class Policy:
     global_closing: bool = False
     idle_timeout: Optional[int] = None  # micros of processing time (then max_skew must be None)
     fleet: bool = False  # closing='fleet' (max_skew: the bound of the learnt skew, default an hour)
+    # With idle_timeout on the arrival clock: an idle key's watermark follows the clock instead
+    # of its windows being emitted (advance_when_idle=True).
+    advance_when_idle: bool = False
+    # Min of inputs (sources) on the arrival clock: micros after which a silent source stops
+    # holding its key back (source_idle_timeout).
+    source_idle_timeout: Optional[int] = None
 
 
 # closing='fleet': a key's learnt skew falls by at most 1/FLEET_DECAY of the fleet's progress
@@ -129,6 +145,29 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
         assert policy.adaptive is None and policy.sources is None and not policy.column_lateness
     fleet_skew: Dict[Hashable, int] = {}
     fleet_ref: Dict[Hashable, int] = {}  # Spark's E at the key's last batch with rows
+    arrival_wm: Dict[Hashable, Optional[int]] = {}  # advance_when_idle: the watermark at the last arrival
+    source_seen: Dict[Hashable, Dict[str, int]] = defaultdict(dict)  # (key, source) -> last arrival (ms)
+    if policy.advance_when_idle:
+        assert policy.idle_timeout is not None and arrival_ms is not None
+    if policy.source_idle_timeout is not None:
+        assert policy.sources is not None and arrival_ms is not None and policy.max_skew is None
+    forget_also = (max_t, key_lateness, trails, source_max, counts, arrival_wm, source_seen)
+
+    def idle_floor(key: Hashable) -> Optional[int]:
+        """advance_when_idle on the arrival clock: the floor of a key idle at ``arrival_clock``."""
+        if key not in last_arrival or arrival_wm.get(key) is None:
+            return None
+        idle_for = arrival_clock - last_arrival[key] - policy.idle_timeout // 1000
+        return arrival_wm[key] + idle_for * 1000 if idle_for > 0 else None
+
+    def source_proposal(key: Hashable, lateness: int, seen_before: Dict[str, int]) -> Optional[int]:
+        """Min of inputs over the sources not idle at ``arrival_clock`` (the max if all are)."""
+        if not all(x in source_max[key] for x in policy.sources):
+            return None
+        timeout = policy.source_idle_timeout // 1000
+        marks = {src: v - lateness for src, v in source_max[key].items()}
+        active = [m for src, m in marks.items() if src not in seen_before or arrival_clock - seen_before[src] < timeout]
+        return min(active) if active else max(marks.values(), default=None)
 
     def floor_of(key: Hashable, e: Optional[int]) -> Optional[int]:
         if e is None:
@@ -163,13 +202,23 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
             e_ms = spark_watermark_ms(global_max_ms, policy.lateness)
             e = None if e_ms is None else e_ms * 1000
         keys_in_batch = {r[0] for r in batch if r[0] is not None and r[1] is not None}
-        if policy.idle_timeout is not None and arrival_ms is not None:
+        if policy.idle_timeout is not None and arrival_ms is not None and policy.advance_when_idle:
+            # Forgotten at the start of the batch once quiet (idle, no open window) for the timeout.
+            for key in sorted(known, key=repr):
+                if key in quiet_since and arrival_clock - quiet_since[key] >= policy.idle_timeout // 1000:
+                    known.discard(key)
+                    for d in (held, last_arrival, quiet_since) + forget_also:
+                        d.pop(key, None)
+                    res.released.append((n, key))
+        elif policy.idle_timeout is not None and arrival_ms is not None:
             # The arrival clock decides at the start of the batch, before its rows.
             _idle_keys(n, arrival_clock, policy.idle_timeout // 1000, size, known, held, last_arrival,
-                       quiet_since, open_windows, res, forget=(max_t, key_lateness, trails, source_max, counts))
+                       quiet_since, open_windows, res, forget=forget_also)
         known |= keys_in_batch  # a key has state (its watermark record) from its first row on
         for key in known:
             raise_to(key, floor_of(key, e))
+            if policy.advance_when_idle:
+                raise_to(key, idle_floor(key))
         wm_start = dict(held)
         rows_by_key: Dict[Hashable, List[PolicyRow]] = defaultdict(list)
         for row in batch:
@@ -204,7 +253,17 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
                 else:
                     key_lateness[key] = policy.lateness
                 lateness = key_lateness[key]
-                if policy.sources is not None:
+                if policy.sources is not None and policy.source_idle_timeout is not None:
+                    seen_before = dict(source_seen[key])
+                    for r, a in zip(batch, arrival_ms[n]):
+                        if r[0] != key or r[1] is None:
+                            continue
+                        s = source_max[key]
+                        s[r[4]] = max(s.get(r[4], r[1]), r[1])
+                        heard = arrival_clock if a is None else max(arrival_clock, a)
+                        source_seen[key][r[4]] = max(source_seen[key].get(r[4], heard), heard)
+                    proposal = source_proposal(key, lateness, seen_before)
+                elif policy.sources is not None:
                     for r in rows:
                         s = source_max[key]
                         s[r[4]] = max(s.get(r[4], r[1]), r[1])
@@ -240,6 +299,10 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
                 # At least the clock as it stands: a row is never heard before the clock it is read at.
                 last_arrival[key] = max(arrived + [arrival_clock] + ([last_arrival[key]] if key in last_arrival else []))
                 quiet_since.pop(key, None)
+                arrival_wm[key] = held.get(key)
+        if policy.source_idle_timeout is not None:  # keys without rows: a source turning idle (timer)
+            for key in sorted(known - set(rows_by_key), key=repr):
+                raise_to(key, source_proposal(key, key_lateness.get(key, policy.lateness), source_seen[key]))
         if policy.fleet and e is not None:  # the event-time timers of keys without rows
             earliest: Dict[Hashable, int] = {}
             for k, start in open_windows:
@@ -252,6 +315,12 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
             if w is not None and start + size <= w:
                 res.emitted.append((key, start, start + size, n, tuple(sorted(open_windows[(key, start)]))))
                 del open_windows[(key, start)]
+        if policy.advance_when_idle:  # keys without rows (their timers): idle without windows: quiet
+            with_windows = {k for k, _ in open_windows}
+            for key in sorted(known - set(rows_by_key) - with_windows, key=repr):
+                if key in last_arrival and key not in quiet_since and \
+                        arrival_clock - last_arrival[key] >= policy.idle_timeout // 1000:
+                    quiet_since[key] = arrival_clock
         if policy.idle_timeout is not None and processing_ms is not None:
             _idle_keys(n, processing_ms[n], policy.idle_timeout // 1000, size, known, held, last_arrival,
                        quiet_since, open_windows, res, forget=(max_t, key_lateness, trails, source_max, counts))

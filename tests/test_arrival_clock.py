@@ -1,4 +1,5 @@
-"""idle_timeout on the stream's arrival clock, end to end (docs/semantics.md, "Idle keys").
+"""idle_timeout on the stream's arrival clock, end to end (docs/semantics.md, "Idle keys"); and
+advance_when_idle and source_idle_timeout on it, in memory against the policy model.
 
 The file source's `_metadata.file_modification_time` is each row's arrival time: one file per
 micro-batch (`maxFilesPerTrigger=1`), each with its own modification time. Checked against the
@@ -16,11 +17,14 @@ from collections import Counter
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
 from policy_model import Policy, run_policy_model
-from support import BASE, SECOND, ts
+from support import BASE, SECOND, in_memory, ts
 
 IDLE_S = 10
 WINDOW_S = 10
@@ -133,3 +137,148 @@ def test_a_query_that_was_down_emits_what_the_live_run_emits(spark, tmp_path):
     run_available_now(spark, down, "out")
     assert results(spark, down, "out") == results(spark, live, "out")
     assert results(spark, live, "out")[0]  # windows were emitted at all
+
+
+# -- advance_when_idle and source_idle_timeout on the arrival clock, in memory, against the model --
+#
+# The operator over the in-memory state store and timers of Spark's TwsTester (the harness of
+# tests/test_policies_in_memory.py), batch by batch, with the clocks Spark gives it on the arrival
+# clock: Spark's global watermark on the arrival time (the max arrival of the earlier batches)
+# and the trailing no-data batch when the last batch moved it. Checked per case: every emitted
+# window (bounds, count, sum) in the batch the policy model emits it, the late rows per (batch,
+# key), the attempted regressions, and the number of batches.
+
+MODEL_WINDOW_S = 10
+MODEL_IDLE_S = 10
+MODEL_BASE_MS = 1_700_000_000_000
+MODEL_SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, lat STRING, src STRING, arr TIMESTAMP"
+
+
+def _arrivals(draw, batches):
+    """Each data batch arrives some time after the one before (gaps around the idle timeout, up
+    to more than twice it), each row within a second of it, older (a slow uploader) or null;
+    after a batch Spark may run a no-data batch. Returns the batches and each row's arrival (ms)."""
+    from hypothesis import strategies as st
+
+    gap_ms = st.sampled_from([0, 1_000, 3_000, 9_999, 10_000, 12_000, 25_000])
+    now, out, arrivals = MODEL_BASE_MS, [], []
+    for rows in batches:
+        now += draw(gap_ms)
+        out.append(rows)
+        arrivals.append([draw(st.one_of(st.none(), st.integers(now - 15_000, now + 999))) for _ in rows])
+        if rows and any(a is not None for a in arrivals[-1]) and draw(st.booleans()):
+            out.append([])
+            arrivals.append([])
+    return out, arrivals
+
+
+def _model_case(harness, data, opts: dict, policy_of, columns: dict) -> None:
+    from hypothesis import note
+    from hypothesis import strategies as st
+
+    from policy_model import run_policy_model
+    from support import policy_rows, policy_stream, run_in_memory
+
+    batches, arrivals = _arrivals(data.draw, data.draw(policy_stream()))
+    lateness_s = data.draw(st.sampled_from([0, 5]))
+    policy = policy_of(lateness_s * SECOND)
+    model = run_policy_model(batches, MODEL_WINDOW_S * SECOND, policy, arrival_ms=arrivals)
+    marks = [max((a for b in arrivals[:n] for a in b if a is not None), default=0) for n in range(len(arrivals) + 1)]
+    clocks = [(marks[n], 1000 * (n + 1)) for n in range(len(arrivals) + (1 if marks[-1] > marks[-2] else 0))]
+    options = {"key": ["device"], "event_time": "ts", "lateness": f"{lateness_s} seconds", "report": True,
+               "window": {"size": f"{MODEL_WINDOW_S} seconds"}, **opts}
+    note(f"options={options} policy={policy} clocks={clocks} arrivals={arrivals} model={model}")
+    h = harness(options, [F.count("*").alias("n"), F.sum("temp").alias("s")],
+                {"arrival_time": F.col("arr"), **columns}, schema=MODEL_SCHEMA)
+    assert h.timeModeName() == "EventTime"  # the arrival clock: event-time timers
+    rows = [[r + [None if a is None else a * 1000] for r, a in zip(b, arr)]
+            for b, arr in zip(policy_rows(batches), arrivals)]
+    out = run_in_memory(h, rows, "window", clocks)
+    got = Counter((n, r.device, r.start, r.end, r.n, r.s) for n, r in out if r.kw_kind == "window")
+    assert got == Counter((b, k, s, e, len(v), float(sum(v))) for k, s, e, b, v in model.emitted)
+    assert Counter({(n, r.device): r.kw_late_rows for n, r in out if r.kw_kind == "late"}) == Counter(model.late)
+    assert {(n, r.device): (r.kw_regressions, r.wm) for n, r in out if r.kw_kind == "watermark"} == model.held
+    assert len(clocks) == model.batches
+
+
+@pytest.mark.quick
+@in_memory
+@given(data=st.data())
+def test_advance_when_idle_on_arrival_clock_in_memory(harness, data):
+    """advance_when_idle: a key silent for idle_timeout on the arrival clock keeps its windows;
+    its watermark follows the clock from where it was at its last arrival (closing them in turn),
+    and a key idle without open windows for the timeout more is forgotten."""
+    _model_case(harness, data, {"idle_timeout": f"{MODEL_IDLE_S} seconds", "advance_when_idle": True},
+                lambda lateness: Policy(lateness, max_skew=None, idle_timeout=MODEL_IDLE_S * SECOND,
+                                        advance_when_idle=True), {})
+
+
+@pytest.mark.quick
+@in_memory
+@given(data=st.data(), expected=st.sampled_from([[], ["a", "b"]]))
+def test_source_idle_timeout_on_arrival_clock_in_memory(harness, data, expected):
+    """source_idle_timeout: a source whose last arrival (before the batch) is the timeout behind
+    the arrival clock no longer holds its key back; if all are, the max applies."""
+    _model_case(harness, data, {"source_idle_timeout": f"{MODEL_IDLE_S} seconds",
+                                **({"sources": expected} if expected else {})},
+                lambda lateness: Policy(lateness, sources=expected, max_skew=None,
+                                        source_idle_timeout=MODEL_IDLE_S * SECOND), {"source": F.col("src")})
+
+
+# -- what the arrival clock refuses: one global watermark per query, and per checkpoint -------
+
+
+def _stage(spark, root: Path, **options):
+    events = (spark.readStream.schema("device STRING, ts TIMESTAMP, temp DOUBLE")
+              .option("maxFilesPerTrigger", 1).parquet(str(root / "input")))
+    if "arrival_time" in options:
+        options["arrival_time"] = F.col("_metadata.file_modification_time")
+    return (kw.keyed_watermark(events, key="device", event_time="ts", lateness="0 seconds", **options)
+            .window(f"{WINDOW_S} seconds").agg(F.count("*").alias("n")))
+
+
+def _run(df, root: Path):
+    q = (df.writeStream.format("parquet").outputMode("append").option("path", str(root / "out"))
+         .option("checkpointLocation", str(root / "checkpoint")).trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(240)
+    except Exception:  # noqa: BLE001 - a failed query raises it here; the test reads q.exception()
+        pass
+    return q
+
+
+@pytest.mark.parametrize("first, then", [
+    pytest.param({}, {"idle_timeout": f"{IDLE_S} seconds", "arrival_time": True}, id="max_skew_then_arrival"),
+    pytest.param({"idle_timeout": f"{IDLE_S} seconds", "arrival_time": True}, {"closing": "fleet"},
+                 id="arrival_then_fleet"),
+])
+def test_checkpoint_of_another_global_watermark_is_refused(spark, tmp_path, first, then):
+    """Spark keeps one global watermark value in the checkpoint: written by a stage whose value is
+    event time (max_skew, by default, or closing), it cannot become the arrival clock of idle
+    options added at a restart, nor the other way round. Refused by the stage record before the
+    first micro-batch after the restart, naming both sides' options; nothing is committed."""
+    (tmp_path / "input").mkdir()
+    for i, (rows, arrival) in enumerate(STREAM[:2]):
+        write_file(spark, tmp_path, i, rows, arrival)
+    q = _run(_stage(spark, tmp_path, **dict(first)), tmp_path)
+    assert q.exception() is None
+    commits = sorted((tmp_path / "checkpoint" / "commits").iterdir())
+    write_file(spark, tmp_path, 2, *STREAM[2])
+    q = _run(_stage(spark, tmp_path, **dict(then)), tmp_path)
+    message = str(q.exception())
+    assert "global watermark" in message and "restart it from a new checkpoint location" in message, message
+    assert "on event time (max_skew / closing)" in message and "arrival_time" in message, message
+    assert sorted((tmp_path / "checkpoint" / "commits").iterdir()) == commits
+
+
+def test_a_stage_after_an_arrival_clock_stage_cannot_follow_the_global_watermark(spark, tmp_path):
+    """A later keyed stage's skew bound (its default, or set) would follow the upstream stage's
+    arrival clock as if it were event time: refused before the query starts, naming
+    max_skew='unbounded', which is accepted."""
+    (tmp_path / "input").mkdir()
+    devices = _stage(spark, tmp_path, idle_timeout=f"{IDLE_S} seconds", arrival_time=True)
+    for options in ({}, {"max_skew": "1 minute"}):
+        with pytest.raises(Exception, match=r"max_skew / closing: .*arrival clock.*max_skew='unbounded'"):
+            kw.rollup(devices, key="device", source="device", **options).window("1 minute").agg(F.sum("n"))
+    assert kw.rollup(devices, key="device", source="device", max_skew="unbounded").window(
+        "1 minute").agg(F.sum("n")).isStreaming

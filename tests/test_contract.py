@@ -1,6 +1,7 @@
 """The Python copy of the seam (keyed_watermarks/_contract.py) equals the JVM's
 (io.github.keyedwatermarks.contract.Contract): class names, report columns and kinds, metric
-groups, the state record read_key_state decodes, the Spark lines, adaptive-lateness defaults."""
+groups, the state record read_key_state decodes, the Spark lines, the idle_clock choices,
+adaptive-lateness defaults."""
 
 from __future__ import annotations
 

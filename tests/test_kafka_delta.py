@@ -561,3 +561,210 @@ def test_merge_upsert_kill9_equals_uninterrupted(delta_spark, tmp_path, broker, 
     txns = [b for _, b in merged_txn_versions(run.results)]
     assert txns == list(range(n_batches)), txns
     check_merged(delta_spark, run, produced)
+
+
+# -- catch-up after an outage (issue 39): the arrival clock and the skew bound on Kafka --------
+#
+# A fleet written to a one-partition topic tick by tick, one tick per 2 s of arrival time, each
+# message carrying its tick's instant as its Kafka timestamp (set by the producer: CreateTime),
+# which the idle query takes as arrival time (arrival_time="timestamp"). Every tick has the same
+# number of messages (a chatty device fills it up), so maxOffsetsPerTrigger=TICK cuts a backlog
+# where a live query's micro-batches ended (with several partitions Spark would prorate the
+# limit over the partitions' backlogs). Per query, three runs compared window by window:
+#   live:     the whole topic, one tick per micro-batch (what a query that keeps up reads);
+#   outage:   the query runs while the producer writes ticks 0..CATCHUP_DOWN, each after the
+#             last was read; the query is stopped, the producer writes the rest, and the query
+#             restarts from its checkpoint and catches up with maxOffsetsPerTrigger=TICK;
+#   backfill: the whole topic from the earliest offset in micro-batches of 3 ticks.
+# Each run is also checked against the policy model (tests/policy_model.py) over the batches
+# its checkpoint logged. The fleet: steady devices, uploaders (every 4 s: never idle for 4 s), a
+# device that goes silent for good and one away for 8 s that returns with its buffered rows.
+
+CATCHUP_TOPIC, CATCHUP_TICKS, CATCHUP_DOWN = "fleet-catchup", 7, 2
+CATCHUP_LATENESS_S, CATCHUP_WINDOW_S, CATCHUP_IDLE_S, CATCHUP_SKEW_S = 1, 6, 4, 2
+CATCHUP_BACKFILL_TICKS = 3
+CATCHUP_OPTIONS = {
+    "arrival_idle": {"idle_timeout": f"{CATCHUP_IDLE_S} seconds", "arrival_time": "timestamp"},
+    "fleet_max_skew": {"closing": "fleet", "max_skew": f"{CATCHUP_SKEW_S} seconds"},
+}
+CATCHUP_T0 = 1_704_067_200  # outage_runner.T0: event seconds count from here
+
+
+def catchup_ticks(n_ticks: int) -> List[tuple]:
+    """(arrival second, [(device, event second)]) per tick, every tick of the same size:
+    steady devices d0-d3 (one row per event second), uploaders u0 and u1 (each its last 4
+    seconds every other tick, in turn), q (silent after second 5), x (away for ticks 2-4, back
+    at tick 5 with its buffered seconds 4-11) and h, which fills each tick up."""
+    ticks = []
+    for i in range(n_ticks):
+        a = 2 * (i + 1)
+        now = range(a - 2, a)
+        rows = [(d, s) for d in ("d0", "d1", "d2", "d3") for s in now]
+        rows += [(f"u{i % 2}", s) for s in range(max(0, a - 4), a)]
+        rows += [("q", s) for s in now if s <= 5]
+        rows += [("x", s) for s in (now if i < 2 or i > 5 else range(4, a) if i == 5 else ())]
+        ticks.append((a, rows))
+    size = max(len(rows) for _, rows in ticks) + 2
+    return [(a, rows + [("h", a - 2 + j % 2) for j in range(size - len(rows))]) for a, rows in ticks]
+
+
+def catchup_messages(ticks, arrival_base_ms: int) -> List[tuple]:
+    """(device, event second, temp, arrival ms) in offset order."""
+    return [(d, s, float(s % 7), arrival_base_ms + a * 1000) for a, rows in ticks for d, s in rows]
+
+
+def produce_ticks(bootstrap: str, topic: str, ticks, arrival_base_ms: int) -> None:
+    """Each tick in one flush (one record batch: a live trigger reads all of it or none)."""
+    import json
+
+    from confluent_kafka import Producer
+
+    from outage_runner import iso
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 100})
+    errors: List[str] = []
+    for tick in ticks:
+        for d, s, temp, arrival_ms in catchup_messages([tick], arrival_base_ms):
+            value = json.dumps({"device": d, "ts": iso(s), "temp": temp}).encode()
+            producer.produce(topic, key=d.encode(), value=value, partition=0, timestamp=arrival_ms,
+                             on_delivery=lambda err, msg: errors.append(str(err)) if err else None)
+        assert producer.flush(60) == 0 and not errors, errors
+
+
+def catchup_query(spark, bootstrap: str, root: Path, options: dict, max_offsets: int, available_now: bool):
+    from pyspark.sql import functions as F
+
+    import keyed_watermarks as kw
+
+    raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+           .option("subscribe", CATCHUP_TOPIC).option("startingOffsets", "earliest")
+           .option("failOnDataLoss", "true").option("maxOffsetsPerTrigger", max_offsets).load())
+    events = raw.select(F.from_json(F.col("value").cast("string"), "device STRING, ts TIMESTAMP, temp DOUBLE")
+                        .alias("v"), "timestamp").select("v.*", "timestamp")
+    windows = (kw.keyed_watermark(events, key="device", event_time="ts",
+                                  lateness=f"{CATCHUP_LATENESS_S} seconds", **options)
+               .window(f"{CATCHUP_WINDOW_S} seconds")
+               .agg_with_report(F.count("*").alias("n"), F.sum("temp").alias("s")))
+    writer = (windows.writeStream.format("parquet").outputMode("append")
+              .option("path", str(root / "out")).option("checkpointLocation", str(root / "checkpoint")))
+    return writer.trigger(availableNow=True).start() if available_now else writer.start()
+
+
+def catchup_results(spark, root: Path):
+    """The sink's window rows (Counter of (device, start s, n, sum)) and late rows per device."""
+    from pyspark.sql import functions as F
+
+    rows = spark.read.parquet(str(root / "out")).select(
+        "device", F.unix_seconds("window.start").alias("start"), "n", "s", "kw_kind", "kw_late_rows").collect()
+    windows = Counter((r.device, r.start - CATCHUP_T0, r.n, r.s) for r in rows if r.kw_kind == "window")
+    late: Counter = Counter()
+    for r in rows:
+        if r.kw_kind == "late":
+            late[r.device] += r.kw_late_rows
+    return windows, late
+
+
+def catchup_model(messages, batches, options: dict):
+    """The policy model over the micro-batches a run's checkpoint logged (offsets on partition 0)."""
+    from policy_model import Policy, run_policy_model
+    from support import SECOND as S
+
+    rows, arrivals = [], []
+    for b in batches:
+        start, end = b.get(0, (0, 0))
+        rows.append([(d, (CATCHUP_T0 + s) * S, temp, None, None) for d, s, temp, _ in messages[start:end]])
+        arrivals.append([arr for *_, arr in messages[start:end]])
+    lateness, size = CATCHUP_LATENESS_S * S, CATCHUP_WINDOW_S * S
+    if "idle_timeout" in options:
+        res = run_policy_model(rows, size, Policy(lateness, max_skew=None, idle_timeout=CATCHUP_IDLE_S * S),
+                               arrival_ms=arrivals)
+    else:
+        res = run_policy_model(rows, size, Policy(lateness, max_skew=CATCHUP_SKEW_S * S, fleet=True))
+    windows = Counter((k, s // S - CATCHUP_T0, len(v), float(sum(v))) for k, s, _, _, v in res.emitted)
+    late: Counter = Counter()
+    for (_, k), n in res.late.items():
+        late[k] += n
+    return windows, late
+
+
+def window_rows(windows: Counter):
+    from outage_runner import Run as WindowRows
+
+    return WindowRows(sorted((d, s, n) for d, s, n, _ in windows.elements()))
+
+
+def test_kafka_catch_up_after_outage_emits_the_live_windows(delta_spark, broker, tmp_path):
+    """Issue 39 on Kafka: a query that was down while the producer kept writing, restarted with
+    maxOffsetsPerTrigger, emits the live run's windows, each once, with the live counts and late
+    rows (idleness on the arrival clock; closing='fleet' under its skew bound max_skew); a
+    backfill in larger micro-batches emits the same windows, each once, a count growing only by
+    rows that were late live."""
+    from pyspark.sql import functions as F
+
+    from outage_runner import compare
+
+    spark, bootstrap = delta_spark, broker.bootstrap
+    started = time.monotonic()
+    iot_producer.ensure_topic(bootstrap, CATCHUP_TOPIC, 1)
+    ticks = catchup_ticks(CATCHUP_TICKS)
+    tick = len(ticks[0][1])
+    base_ms = (int(time.time()) - 600) * 1000  # recent: within the topic's retention
+    messages = catchup_messages(ticks, base_ms)
+
+    # The outage run, live: the producer writes one tick at a time, each once the queries read the last.
+    first = {name: catchup_query(spark, bootstrap, tmp_path / f"outage-{name}", o, tick, False)
+             for name, o in CATCHUP_OPTIONS.items()}
+    for i in range(CATCHUP_DOWN + 1):
+        produce_ticks(bootstrap, CATCHUP_TOPIC, [ticks[i]], base_ms)
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while any(sum(p["numInputRows"] for p in q.recentProgress) < tick * (i + 1) for q in first.values()):
+            assert all(q.exception() is None for q in first.values()), [q.exception() for q in first.values()]
+            assert time.monotonic() < deadline, "the live queries did not read the tick"
+            time.sleep(0.1)
+    for q in first.values():
+        q.stop()
+    # Down: the producer writes the rest. Then the restart catches up, beside the live and the
+    # backfill runs over the whole topic.
+    produce_ticks(bootstrap, CATCHUP_TOPIC, ticks[CATCHUP_DOWN + 1:], base_ms)
+    limit = {"outage": tick, "live": tick, "backfill": CATCHUP_BACKFILL_TICKS * tick}
+    runs = [catchup_query(spark, bootstrap, tmp_path / f"{kind}-{name}", o, limit[kind], True)
+            for name, o in CATCHUP_OPTIONS.items() for kind in limit]
+    for q in runs:
+        assert q.awaitTermination(STARTUP_TIMEOUT_S), "Trigger.AvailableNow did not end"
+        assert q.exception() is None, q.exception()
+    seconds = time.monotonic() - started
+
+    # The topic holds the messages as produced, in order, with their timestamps.
+    topic = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", CATCHUP_TOPIC).option("startingOffsets", "earliest")
+             .option("endingOffsets", "latest").load()
+             .select(F.col("key").cast("string").alias("k"), "offset", F.unix_millis("timestamp").alias("t"))
+             .orderBy("offset").collect())
+    assert [(r.k, r.offset, r.t) for r in topic] == [(d, i, a) for i, (d, _, _, a) in enumerate(messages)]
+
+    figures = {}
+    for name, options in CATCHUP_OPTIONS.items():
+        got = {}
+        for kind in limit:
+            root = tmp_path / f"{kind}-{name}"
+            batches = logged_batches(root / "checkpoint", CATCHUP_TOPIC)
+            data = [b[0] for b in batches if b[0][1] > b[0][0]]
+            per = limit[kind]
+            assert data == [(s, min(s + per, len(messages))) for s in range(0, len(messages), per)], (kind, name)
+            got[kind] = catchup_results(spark, root)
+            assert got[kind] == catchup_model(messages, batches, options), (kind, name)
+        (live, live_late), (outage, outage_late), (backfill, backfill_late) = (
+            got["live"], got["outage"], got["backfill"])
+        # The catch-up: the live windows, each once, with the live counts, sums and late rows.
+        assert outage == live and outage_late == live_late
+        assert all(c == 1 for c in window_rows(live).windows.values())
+        # The backfill: the same windows, each once; a count grows only by rows late live.
+        diff = compare(window_rows(live), window_rows(backfill))
+        assert diff["missing"] == [] and diff["extra"] == [] and diff["twice"] == [], diff
+        assert all(now[0] > was[0] for _, was, now in diff["counts_differ"]), diff
+        grown = sum(now[0] - was[0] for _, was, now in diff["counts_differ"])
+        assert grown == sum(live_late.values()) - sum(backfill_late.values()) > 0, (diff, live_late, backfill_late)
+        figures[name] = {"windows": sum(live.values()), "late_live": sum(live_late.values()),
+                         "late_backfill": sum(backfill_late.values()), "grown": diff["counts_differ"]}
+    print(f"\nKafka catch-up ({len(messages)} messages, {len(ticks)} ticks of {tick}, down after tick "
+          f"{CATCHUP_DOWN}): {figures}; {seconds:.0f} s of queries")

@@ -41,6 +41,9 @@ KEY_STATE_FIELDS = (
 )
 STATE_UNDEFINED = -(2**63)
 
+#: The choices of ``idle_clock`` (docs/semantics.md, "Idle keys"), the default first.
+IDLE_CLOCKS = ("arrival", "processing_time")
+
 #: The defaults of ``AdaptiveLateness``.
 ADAPTIVE_QUANTILE = 0.99
 ADAPTIVE_MIN = "0 seconds"
@@ -63,6 +66,7 @@ def as_dict() -> dict:
         "key_state_variable": KEY_STATE_VARIABLE,
         "key_state_fields": list(KEY_STATE_FIELDS),
         "state_undefined": STATE_UNDEFINED,
+        "idle_clocks": list(IDLE_CLOCKS),
         "adaptive_quantile": ADAPTIVE_QUANTILE,
         "adaptive_min": ADAPTIVE_MIN,
         "adaptive_max": ADAPTIVE_MAX,

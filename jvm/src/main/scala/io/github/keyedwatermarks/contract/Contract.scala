@@ -5,12 +5,13 @@ import scala.jdk.CollectionConverters._
 import com.fasterxml.jackson.databind.ObjectMapper
 
 import io.github.keyedwatermarks.shims.BuiltFor
-import io.github.keyedwatermarks.spec.KeyLateness
+import io.github.keyedwatermarks.spec.{IdleClock, KeyLateness}
 
 /**
  * What the Python package and the JVM agree on, written once on the JVM side, here: the class
  * names Python starts, the report columns and kinds, the observed-metrics groups, the state
- * record `read_key_state` decodes, the Spark lines and the adaptive-lateness defaults. The
+ * record `read_key_state` decodes, the Spark lines, the choices of `idle_clock` and the
+ * adaptive-lateness defaults. The
  * engine reads these names from here. Python keeps a copy in `keyed_watermarks/_contract.py`
  * (the Spark Connect client has no JVM to ask); tests/test_contract.py compares it with [[json]].
  */
@@ -56,6 +57,9 @@ object Contract {
   /** "Undefined" / "none" in the state record. */
   val StateUndefined: Long = Long.MinValue
 
+  /** The choices of option `idle_clock` (docs/semantics.md, "Idle keys"), the default first. */
+  val IdleClocks: Seq[String] = Seq(IdleClock.Arrival, IdleClock.ProcessingTime).map(_.name)
+
   /** Every value above by name (lists as JSON arrays), for the Python side's test. */
   def json: String = {
     val a = KeyLateness.Adaptive
@@ -72,6 +76,7 @@ object Contract {
       "key_state_variable" -> KeyStateVariable,
       "key_state_fields" -> KeyStateFields.asJava,
       "state_undefined" -> StateUndefined,
+      "idle_clocks" -> IdleClocks.asJava,
       "adaptive_quantile" -> a.DefaultQuantile,
       "adaptive_min" -> a.DefaultMin,
       "adaptive_max" -> a.DefaultMax,

@@ -73,7 +73,10 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    */
   def stageRecord(batch: Long): StageRecord = StageRecord.current(KeyState.describe(plan.windows),
     plan.windowRows.schema,
-    plan.keyNames.zip(plan.keySchema.fields).map { case (n, f) => s"$n ${f.dataType.simpleString}" }, batch)
+    plan.keyNames.zip(plan.keySchema.fields).map { case (n, f) => s"$n ${f.dataType.simpleString}" }, batch,
+    if (policy.usesArrivalClock) Some(StageRecord.ArrivalTime)
+    else if (policy.usesGlobalWatermark) Some(StageRecord.EventTime)
+    else None)
 
   /** Spark's global watermark in microseconds (only with max_skew / closing='global'). */
   private def globalWatermark(timerValues: TimerValues): Long =

@@ -16,7 +16,10 @@ import org.apache.spark.sql.types.{DataType, StructType}
  * not in the first batch that reads a key's stored windows (the per-key check of [[KeyState]],
  * which stays as the second line of defence). It holds what that per-key check compares: the
  * window spec, the schema of an open window's row (the aggregation buffers), the release that
- * wrote it; and the key columns.
+ * wrote it; the key columns; and what Spark's global watermark, of which the checkpoint keeps one
+ * value, measures for the stage (`globalWatermark`: [[StageRecord.EventTime]] for max_skew and
+ * closing, [[StageRecord.ArrivalTime]] for the idle options on the arrival clock, None for neither
+ * or a record written before the field existed), since that value would change meaning.
  *
  * `batch` is the micro-batch in whose planning the record was written. It binds only once a
  * batch from `batch` on has committed: a first run whose first batch fails before it commits
@@ -24,7 +27,8 @@ import org.apache.spark.sql.types.{DataType, StructType}
  * leaves a record that the next run overwrites rather than obeys.
  */
 private[keyedwatermarks] final case class StageRecord(
-    release: StateRelease.Release, windows: String, windowRows: StructType, keys: Seq[String], batch: Long) {
+    release: StateRelease.Release, windows: String, windowRows: StructType, keys: Seq[String], batch: Long,
+    globalWatermark: Option[String] = None) {
 
   def toJson: String = {
     val mapper = new ObjectMapper()
@@ -35,20 +39,30 @@ private[keyedwatermarks] final case class StageRecord(
     val keyNodes = node.putArray("keys")
     keys.foreach(keyNodes.add)
     node.put("batch", batch)
+    globalWatermark.foreach(node.put("global_watermark", _))
     mapper.writerWithDefaultPrettyPrinter().writeValueAsString(node)
   }
 
   /** The same query as `that` for the state (the batch that wrote it aside). */
   def sameStageAs(that: StageRecord): Boolean =
-    windows == that.windows && windowRows == that.windowRows && keys == that.keys
+    windows == that.windows && windowRows == that.windowRows && keys == that.keys &&
+      globalWatermark == that.globalWatermark
 }
 
 private[keyedwatermarks] object StageRecord {
   val FileName = "_keyed_watermarks.json"
 
   /** The record this release writes for a stage of this window spec, window rows and keys. */
-  def current(windows: String, windowRows: StructType, keys: Seq[String], batch: Long): StageRecord =
-    StageRecord(StateRelease.Current, windows, windowRows, keys, batch)
+  def current(
+      windows: String, windowRows: StructType, keys: Seq[String], batch: Long,
+      globalWatermark: Option[String] = None): StageRecord =
+    StageRecord(StateRelease.Current, windows, windowRows, keys, batch, globalWatermark)
+
+  /** `global_watermark`: Spark's global watermark on event time (max_skew, closing='global' / 'fleet'). */
+  val EventTime = "event_time"
+
+  /** `global_watermark`: on the arrival time (the idle options on the arrival clock, arrival_time). */
+  val ArrivalTime = "arrival_time"
 
   def fromJson(json: String): StageRecord = {
     val node = new ObjectMapper().readTree(json)
@@ -61,7 +75,8 @@ private[keyedwatermarks] object StageRecord {
       .getOrElse(throw new IllegalStateException("no keys"))
     StageRecord(StateRelease.parse(text("release")), text("windows"),
       DataType.fromJson(text("window_rows")).asInstanceOf[StructType],
-      (0 until keys.size).map(keys.get(_).asText()), node.get("batch").asLong())
+      (0 until keys.size).map(keys.get(_).asText()), node.get("batch").asLong(),
+      Option(node.get("global_watermark")).filter(_.isTextual).map(_.asText()))
   }
 
   /** What to do with the record in the checkpoint before the first micro-batch of a run. */
@@ -108,7 +123,19 @@ private[keyedwatermarks] object StageRecord {
     } else if (stored.windows != query.windows) {
       Some(s"$what: written for another window spec (window size, slide, or session gap kind) than this " +
         s"query's ${query.windows} (the state's: ${stored.windows}); $restart")
-    } else None
+    } else (stored.globalWatermark, query.globalWatermark) match {
+      case (Some(was), Some(is)) if was != is =>
+        Some(s"$what: written by a stage whose Spark global watermark (one value, kept in the checkpoint) " +
+          s"is ${measures(was)}, but this query's is ${measures(is)}: the value would change meaning; $restart")
+      case _ => None
+    }
+  }
+
+  private def measures(globalWatermark: String): String = globalWatermark match {
+    case EventTime => "on event time (max_skew / closing)"
+    case ArrivalTime =>
+      "on the arrival time (arrival_time: idle_timeout, advance_when_idle or source_idle_timeout on the arrival clock)"
+    case other => other
   }
 
   /** An open window's row by its fields, without the fields every query's rows have. */
