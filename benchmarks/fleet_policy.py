@@ -2,6 +2,7 @@
 
 Usage: .venv/bin/python benchmarks/fleet_policy.py [--seed 27] [--out benchmarks/results/fleet_policy.md]
        .venv/bin/python benchmarks/fleet_policy.py --engine [--out benchmarks/results/fleet_policy_engine.md]
+       .venv/bin/python benchmarks/fleet_policy.py --engine sparse [--out benchmarks/results/fleet_policy_sparse_engine.md]
 
 What a method counts, emits and when is decided by its rules alone, not by the machine, so each
 method runs as its reference model over the same micro-batches (no Spark, no timing):
@@ -18,6 +19,9 @@ Streams (seeded; ``--seed``): 500 keys, 120,000 events uniform over 15 minutes o
 
 - ``in step, 5%`` / ``50%``: every key keeps pace (arrival = event time + 0-0.2 s); 5% / 50% of
   the events are delayed by a further uniform 0-10 s;
+- ``sparse in step, 50%`` (issue 42): the same keys in step, but each key sends on a schedule,
+  one event every 3.75 s (500 keys x 900 s / 120,000 events) from a random phase, so a key's
+  max event time moves about once per micro-batch; 50% of the events delayed 0-10 s;
 - ``20% / 50% of keys delayed, uniform / log-normal``: those keys' events all arrive late by the
   key's own delay, uniform in 10-120 s, or log-normal (median 30 s, sigma 0.8) clipped to
   10-120 s; the others keep pace;
@@ -28,6 +32,10 @@ Streams (seeded; ``--seed``): 500 keys, 120,000 events uniform over 15 minutes o
 through the engine itself (Spark's file source, one file per micro-batch, ``Trigger.AvailableNow``,
 the demo's ``foreachBatch`` stamping sink), today's default and ``closing="fleet"``, and puts the
 same measures beside the models' on the same stream: the engine's numbers should equal its model's.
+``--engine sparse`` does the same for the sparse stream in step (issue 42), smaller (100 keys over
+200 s, each key at the same rate: one event every 3.75 s), ``closing="fleet"`` and Spark's own
+``withWatermark`` aggregation on the engine (Spark's late rows: the progress reports'
+``numRowsDroppedByWatermark``), beside all three models.
 
 Per method and stream: **accuracy** (events aggregated, i.e. not late / events), **wrong
 windows** (of the (key, window) pairs with events and an end before the horizon, those never
@@ -74,6 +82,22 @@ def in_step(rng: random.Random, share_delayed: float, keys: int = 500, events: i
         t = rng.uniform(0, span_s)
         d = rng.uniform(0, 0.2) + (rng.uniform(0, 10) if rng.random() < share_delayed else 0.0)
         out.append((k, int(t * SECOND), int((t + d) * SECOND)))
+    return out
+
+
+def sparse_in_step(rng: random.Random, share_delayed: float, keys: int = 500, events: int = 120_000,
+                   span_s: int = 900) -> List[Event]:
+    """Every key on its own schedule: one event every ``span_s * keys / events`` seconds from a
+    random phase, arrival = event time + 0-0.2 s, a share of the events delayed a further 0-10 s."""
+    period = span_s * keys / events
+    out = []
+    for i in range(keys):
+        k = f"k{i:03d}"
+        t = rng.uniform(0, period)
+        while t < span_s:
+            d = rng.uniform(0, 0.2) + (rng.uniform(0, 10) if rng.random() < share_delayed else 0.0)
+            out.append((k, int(t * SECOND), int((t + d) * SECOND)))
+            t += period
     return out
 
 
@@ -282,6 +306,91 @@ def run_engine_iot(workdir: Path) -> Tuple[List[Event], Dict[str, str], int, int
     return events, classes, cfg.batch_s, window_s, lateness_s, out
 
 
+SPARSE_ENGINE = dict(keys=100, events=5_333, span_s=200)  # one event per key every 3.75 s, as at full scale
+
+
+def run_engine_events(workdir: Path, events: Sequence[Event], batch_s: int, window_s: int,
+                      lateness_s: int) -> Dict[str, tuple]:
+    """Spark's ``withWatermark`` aggregation and ``closing="fleet"`` on the engine over ``events``
+    (one file per ``batch_s`` of arrival time): each method's (emitted, late rows per key);
+    Spark's late rows are its progress reports' total (under the key "*")."""
+    from pyspark.sql import functions as F
+
+    import keyed_watermarks as kw
+    from iot_demo import Config, Event as DemoEvent, _session, _session_conf, _stamping_sink, _windows, write_batches
+
+    demo_events = [DemoEvent(k, t // 1000, 0.0, a // 1000) for k, t, a in events]
+    write_batches(demo_events, workdir / "input", Config(batch_s=batch_s))
+    files = sum(1 for _ in (workdir / "input").iterdir())
+    spark = _session()
+    window, lateness = f"{window_s} seconds", f"{lateness_s} seconds"
+    out = {}
+    try:
+        for name, options in [("Spark withWatermark + groupBy", None), ('keyed, closing="fleet"', {"closing": "fleet"})]:
+            tag = "spark" if options is None else ("fleet" if options else "default")
+            stream = (spark.readStream.schema("device STRING, ts TIMESTAMP, temp DOUBLE")
+                      .option("maxFilesPerTrigger", 1).parquet(str(workdir / "input")))
+            if options is None:
+                df = (stream.withWatermark("ts", lateness).groupBy("device", F.window("ts", window))
+                      .agg(F.count("*").alias("n")))
+            else:
+                df = (kw.keyed_watermark(stream, key="device", event_time="ts", lateness=lateness, **options)
+                      .window(window).agg_with_report(F.count("*").alias("n")))
+            checkpoint = workdir / "checkpoints" / tag
+            keep = str(3 * files + 10)
+            with _session_conf(spark, {"spark.sql.streaming.numRecentProgressUpdates": keep,
+                                       "spark.sql.streaming.minBatchesToRetain": keep}):
+                query = (df.writeStream.foreachBatch(_stamping_sink(workdir / "output" / tag, checkpoint))
+                         .outputMode("append").option("checkpointLocation", str(checkpoint))
+                         .trigger(availableNow=True).start())
+                query.awaitTermination()
+            if query.exception() is not None:
+                raise RuntimeError(f"{name}: {query.exception()}")
+            rows = spark.read.parquet(str(workdir / "output" / tag))
+            if options is not None:
+                rows = rows.where("kw_kind = 'window'")
+            # The input's slices are every batch_s of arrival (none empty here), so the batch
+            # that emitted a window is its input's arrival cutoff / batch_s - 1.
+            emitted = [(r.device, r.start_s * SECOND, r.end_s * SECOND, r.emitted_at_s // batch_s - 1,
+                        tuple(range(r.n))) for r in _windows(rows, "emitted_at_s").collect()]
+            if options is None:
+                dropped = sum(op.numRowsDroppedByWatermark for p in query.recentProgress for op in p.stateOperators)
+                late = Counter({"*": dropped})
+            else:
+                all_rows = spark.read.parquet(str(workdir / "output" / tag))
+                late = Counter({r.device: int(r.late) for r in all_rows.where("kw_kind = 'late'")
+                                .groupBy("device").agg(F.sum("kw_late_rows").alias("late")).collect()})
+            out[name] = (emitted, late)
+            print(f"engine, {name}: {len(emitted)} windows, {sum(late.values())} late rows", file=sys.stderr)
+    finally:
+        spark.stop()
+    return out
+
+
+def engine_sparse_report(seed: int) -> str:
+    import tempfile
+
+    batch_s, window_s, lateness_s = 5, 10, 1
+    events = sparse_in_step(random.Random(seed), 0.50, **SPARSE_ENGINE)
+    with tempfile.TemporaryDirectory(prefix="kw-fleet-sparse-") as tmp:
+        engine = run_engine_events(Path(tmp), events, batch_s, window_s, lateness_s)
+    size = window_s * SECOND
+    total = len(events)
+    results = {f"model: {m}": r for m, r in run_methods(events, batch_s, window_s, lateness_s).items()}
+    for name, (emitted, late) in engine.items():
+        r = measure(events, size, batch_s, emitted, [0])
+        r["all"]["accuracy"] = 1.0 - sum(late.values()) / total
+        results[f"engine: {name}"] = r
+    lines = [f"Sparse keys in step (issue 42), smaller: {SPARSE_ENGINE['keys']} keys, one event per key every "
+             f"3.75 s over {SPARSE_ENGINE['span_s']} s, 50% of the events delayed 0-10 s; "
+             f"{batch_s} s batches, {window_s} s windows, lateness {lateness_s} s: {total:,} events (seed {seed}).", "",
+             "| run | accuracy | wrong windows | emit delay p50 / p95 (s) |", "|---|---:|---:|---:|"]
+    for name, r in results.items():
+        x = r["all"]
+        lines.append(f"| {name} | {100 * x['accuracy']:.2f}% | {x['wrong']:,} of {x['checked']:,} | {fmt_delay(x)} |")
+    return "\n".join(lines) + "\n"
+
+
 def engine_report() -> str:
     import tempfile
 
@@ -320,10 +429,19 @@ def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=27)
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--engine", action="store_true",
-                    help="the IoT demo's stream (smaller) through the engine, default vs fleet, beside the models")
+    ap.add_argument("--engine", nargs="?", const="iot", choices=["iot", "sparse"], default=None,
+                    help="a stream (smaller) through the engine, beside the models: the IoT demo's (default vs "
+                         "fleet) or the sparse keys in step of issue 42 (Spark and fleet)")
     args = ap.parse_args(argv)
     started = time.time()
+    if args.engine == "sparse":
+        report = engine_sparse_report(args.seed) + f"\n({time.time() - started:.0f} s)\n"
+        print(report)
+        if args.out:
+            args.out.write_text("# Issue 42 on the engine: sparse keys in step, Spark and closing='fleet'\n\n"
+                                "Written by `benchmarks/fleet_policy.py --engine sparse --out ...`; "
+                                "see benchmarks/README.md.\n\n" + report)
+        return report
     if args.engine:
         report = engine_report() + f"\n({time.time() - started:.0f} s)\n"
         print(report)
@@ -336,6 +454,7 @@ def main(argv=None) -> str:
     for name, make in [
         ("in step, 5% of events delayed 0-10 s", lambda r: in_step(r, 0.05)),
         ("in step, 50% of events delayed 0-10 s", lambda r: in_step(r, 0.50)),
+        ("sparse in step (one event per key every 3.75 s), 50% delayed 0-10 s", lambda r: sparse_in_step(r, 0.50)),
         ("20% of keys delayed 10-120 s, uniform", lambda r: delayed_keys(r, 0.2, False)),
         ("50% of keys delayed 10-120 s, uniform", lambda r: delayed_keys(r, 0.5, False)),
         ("20% of keys delayed 10-120 s, log-normal", lambda r: delayed_keys(r, 0.2, True)),

@@ -19,7 +19,8 @@ only read with ``sources``). Per key the *held* watermark never moves backward:
   ``s(k)`` and follows the *fleet floor* ``E - s(k)``. At the end of a batch with rows of k (once
   ``E_N`` is defined) that moved the key's max event time ``M(k)`` (or before its first skew):
   ``s(k) = min(max_skew, max(0, E_N - (M(k) - L), s_old - (E_N - ref) // FLEET_DECAY))``, with
-  ``ref`` Spark's ``E`` when ``s_old`` was learnt, then ``ref = E_N`` (a batch whose rows all lie
+  ``ref`` Spark's ``E`` when ``s_old`` was learnt, or ``s(k) = 0`` when the batch shows the key in
+  step (``M(k) - L >= E_N``: the old skew is forgotten), then ``ref = E_N`` (a batch whose rows all lie
   at or below ``M(k)``, e.g. a retransmission, leaves ``s`` and ``ref``); the watermark is raised to
   ``min(E_N - s(k), M(k))`` (never past the key's max event time). A key without rows whose
   earliest open window's end is ``<= min(E_N - s(k), M(k))`` (its event-time timer) is raised to it too. The
@@ -86,7 +87,8 @@ class Policy:
 
 
 # closing='fleet': a key's learnt skew falls by at most 1/FLEET_DECAY of the fleet's progress
-# (Spark's global watermark) between two of its batches with rows.
+# (Spark's global watermark) between two of its batches with rows that show it behind the fleet
+# (a batch that shows it in step forgets the skew).
 FLEET_DECAY = 16
 
 
@@ -286,7 +288,8 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
                 if key not in fleet_skew or m > max_before[key]:
                     needed = e - (m - policy.lateness)  # how far the key's own watermark trails E
                     old = fleet_skew.get(key)
-                    decayed = 0 if old is None else old - (e - fleet_ref[key]) // FLEET_DECAY
+                    # In step (its own watermark at or above E): the old skew is forgotten.
+                    decayed = 0 if old is None or needed <= 0 else old - (e - fleet_ref[key]) // FLEET_DECAY
                     fleet_skew[key] = min(skew, max(0, needed, decayed))
                     fleet_ref[key] = e
                 raise_to(key, min(e - fleet_skew[key], max_t[key]))

@@ -7,6 +7,10 @@ end-to-end tests hold the engine to this model).
 - Single late rows never hold a key's windows back: adding a row at or below its key's max
   event time (a retransmission) to a batch in which the key has rows leaves the batch in
   which every other window is emitted unchanged.
+- A batch that shows a key in step forgets its skew: when a batch moves the key's max event
+  time ``M(k)`` to at least ``E_N + L``, every window of the key ending at or before
+  ``min(E_N, M(k))`` is emitted in that batch at the latest (as Spark's aggregation emits it),
+  whatever skew earlier delayed rows taught (issue 42: sparse keys in step).
 """
 
 from __future__ import annotations
@@ -64,3 +68,26 @@ def test_fleet_retransmission_holds_no_window_back(batches, lateness_s, data):
     note(f"retransmitted {(n, key, t)}; original={original} with the row={with_row}")
     for window, batch in original.items():
         assert with_row.get(window) == batch, window
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches=policy_stream(max_rows=40), lateness_s=st.sampled_from([0, 5]))
+def test_fleet_key_in_step_forgets_its_skew(batches, lateness_s):
+    lateness = lateness_s * SECOND
+    model = run_policy_model(batches, WINDOW, Policy(lateness, fleet=True))
+    emitted = {(k, s): b for k, s, _, b, _ in model.emitted}
+    for n in range(1, len(batches)):
+        e_ms = spark_watermark_ms(valid_max_ms(batches[:n]), lateness)
+        if e_ms is None:
+            continue
+        e = e_ms * 1000
+        for key in sorted({r[0] for r in batches[n]}):
+            before = [r[1] for b in batches[:n] for r in b if r[0] == key]
+            m = max(before + [r[1] for r in batches[n] if r[0] == key])
+            if not before or m <= max(before) or m - lateness < e:
+                continue  # no row of the key before, the max did not move, or behind the fleet
+            bound = min(e, m)
+            note(f"batch {n}: key {key} in step (M={m}, E={e}); emitted={sorted(emitted.items())}")
+            for (k, start), b in emitted.items():
+                if k == key and start + WINDOW <= bound:
+                    assert b <= n, (key, start, b, n)

@@ -108,11 +108,14 @@ private[keyedwatermarks] final case class FleetFloor(maxSkewMicros: Long, latene
   /**
    * The key's skew after a batch with rows, at Spark's global watermark `global`, learnt only
    * when the batch moved the key's max event time past `maxBefore` (or no skew was learnt yet):
-   * a retransmitted old row leaves the max, and so the skew, where it was. Then the skew is the
-   * larger of how far the key's own watermark (max event time minus the lateness) trails
-   * `global`, and of the previous skew decayed by 1/[[FleetFloor.Decay]] of the fleet's progress
-   * since it was learnt (`fleetReference`); at least 0, at most the skew bound. So at the end of
-   * the batch the floor `global - skew` is never above the key's own watermark.
+   * a retransmitted old row leaves the max, and so the skew, where it was. A batch that shows
+   * the key in step (its own watermark, max event time minus the lateness, at or above
+   * `global`) forgets the skew: 0. Otherwise the skew is the larger of how far the key's own
+   * watermark trails `global`, and of the previous skew decayed by 1/[[FleetFloor.Decay]] of the
+   * fleet's progress since it was learnt (`fleetReference`); at most the skew bound. So at the
+   * end of the batch the floor `global - skew` is never above the key's own watermark, and a
+   * sparse key whose newest row was delayed once closes with the fleet again at its next row
+   * in step.
    */
   def learn(record: KeyRecord, maxBefore: Long, global: Long): Unit =
     if (global != Undefined && record.maxEventTime != Undefined &&
@@ -122,7 +125,7 @@ private[keyedwatermarks] final case class FleetFloor(maxSkewMicros: Long, latene
         try Math.subtractExact(global, own)
         catch { case _: ArithmeticException => if (global > own) Long.MaxValue else Long.MinValue }
       val decayed =
-        if (record.fleetSkew == Undefined) 0L
+        if (record.fleetSkew == Undefined || needed <= 0L) 0L
         else record.fleetSkew - (global - record.fleetReference) / FleetFloor.Decay
       record.fleetSkew = math.min(maxSkewMicros, math.max(0L, math.max(needed, decayed)))
       record.fleetReference = global
@@ -132,8 +135,9 @@ private[keyedwatermarks] final case class FleetFloor(maxSkewMicros: Long, latene
 private[keyedwatermarks] object FleetFloor {
   /**
    * A learnt skew falls by at most this fraction of the fleet's progress between two batches of
-   * the key: slow enough that a key delayed by a steady amount keeps its skew between the rows
-   * that show it, fast enough that a key that caught up closes with the fleet again.
+   * the key while they show it behind the fleet: slow enough that a key delayed by a varying
+   * amount keeps its largest recent skew between the rows that show it (a batch that shows the
+   * key in step forgets the skew at once).
    */
   val Decay: Long = 16L
 }
