@@ -108,3 +108,55 @@ def test_a_window_closes_on_the_row_that_passes_it(harness):
     batch = run_model([[("a", t, v) for _, t, v in rows]], 5 * SECOND, 10 * SECOND, max_skew=None)
     assert [(w.watermark_at_start, w.values) for w in batch.emitted] == [(None, (1.0, 3.0))]
     assert not batch.late
+
+
+# -- what real_time refuses, before any query runs ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rate_events(spark):
+    return spark.readStream.format("rate").option("rowsPerSecond", 1).load().select(
+        (F.col("value") % 2).cast("string").alias("device"), F.col("timestamp").alias("ts"),
+        F.col("value").cast("double").alias("temp"))
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({"max_skew": "1 hour"}, "max_skew"),
+    ({"closing": "global"}, "closing='global'"),
+    ({"clock": "processing_time"}, "clock='processing_time'"),
+    ({"idle_timeout": "1 minute", "idle_clock": "processing_time"}, "idle_timeout"),
+    ({"dedup": "temp"}, "dedup"),
+    ({"metrics": "keys"}, "metrics='keys'"),
+])
+def test_real_time_refuses_what_needs_another_clock(rate_events, extra, named):
+    import keyed_watermarks as kw
+    from pyspark.errors import IllegalArgumentException
+
+    with pytest.raises(IllegalArgumentException, match=f"{named}.*real_time=True"):
+        kw.keyed_watermark(rate_events, key="device", event_time="ts", lateness="5 seconds", real_time=True,
+                           **extra).window("10 seconds").agg(F.count("*").alias("n"))
+
+
+def test_real_time_refuses_early_panes(rate_events):
+    import keyed_watermarks as kw
+    from pyspark.errors import IllegalArgumentException
+
+    with pytest.raises(IllegalArgumentException, match="emit: 'every_batch' is not supported with real_time=True"):
+        kw.keyed_watermark(rate_events, key="device", event_time="ts", lateness="5 seconds", real_time=True) \
+            .window("10 seconds", emit="every_batch").agg(F.count("*").alias("n"))
+
+
+def test_real_time_trigger_needs_the_real_time_plan(rate_events, tmp_path):
+    """trigger(realTime=...) on a stage planned for micro-batches: refused when the query starts,
+    naming the option (Spark's own refusal would name our partial aggregation's nodes)."""
+    import keyed_watermarks as kw
+    from pyspark.errors import IllegalArgumentException
+
+    out = kw.keyed_watermark(rate_events, key="device", event_time="ts", lateness="5 seconds") \
+        .window("10 seconds").agg(F.count("*").alias("n"))
+    query = None
+    with pytest.raises(IllegalArgumentException, match="set real_time=True"):
+        query = (out.writeStream.format("console").outputMode("update")
+                 .option("checkpointLocation", str(tmp_path / "cp")).trigger(realTime="10 seconds").start())
+    if query is not None:
+        query.stop()
