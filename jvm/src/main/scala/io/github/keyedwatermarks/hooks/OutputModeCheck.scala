@@ -21,7 +21,8 @@ import io.github.keyedwatermarks.operator.KeyedWindowProcessor
  */
 private[keyedwatermarks] object OutputModeCheck extends Rule[LogicalPlan] {
   /** Spark's real-time trigger (4.1 and later), known by its name on every line. */
-  def realTimeTrigger(w: WriteToStreamStatement): Boolean = w.trigger.getClass.getSimpleName.startsWith("RealTimeTrigger")
+  def realTimeTrigger(w: WriteToStreamStatement): Boolean =
+    w.trigger.getClass.getSimpleName.startsWith("RealTimeTrigger")
 
   override def apply(plan: LogicalPlan): LogicalPlan = {
     plan match {

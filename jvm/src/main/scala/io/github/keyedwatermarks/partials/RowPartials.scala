@@ -67,8 +67,7 @@ private[keyedwatermarks] case class RowPartialsGenerator(
     payload: StructType,
     outAttrs: Seq[Attribute],
     elementSchema: StructType)
-    extends Generator
-    with CodegenFallback {
+    extends Generator with CodegenFallback {
 
   override def nullable: Boolean = false
   override def prettyName: String = "kw_row_partials"

@@ -78,7 +78,7 @@ private[keyedwatermarks] object KeyedPlanner {
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
       withRevision = spec.windows.allowedLateness.isDefined && !spec.emission.withPaneColumns, panes)
     // real_time: each row its own partials, no aggregation across rows (docs/semantics.md, "Real-time mode").
-    val partials = (if (spec.watermark.realTime) RowPartials.apply _ else PartialAggregation.apply _)(
+    val partials = (if (spec.watermark.realTime) RowPartials.apply _ else PartialAggregation.apply _) (
       ArrivalWatermark.track(projected.frame, policy), input.keys.size, windows,
       aggregation,
       spec.aggregation.keepLateRows,
