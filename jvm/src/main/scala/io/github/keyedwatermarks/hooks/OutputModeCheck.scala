@@ -20,9 +20,13 @@ import io.github.keyedwatermarks.operator.KeyedWindowProcessor
  * root of each plan and never changes it.
  */
 private[keyedwatermarks] object OutputModeCheck extends Rule[LogicalPlan] {
-  /** Spark's real-time trigger (4.1 and later), known by its name on every line. */
-  def realTimeTrigger(w: WriteToStreamStatement): Boolean =
-    w.trigger.getClass.getSimpleName.startsWith("RealTimeTrigger")
+  /**
+   * Spark's real-time trigger (4.1 and later), known by its name on every line: 4.0's statement
+   * has no trigger field (and no real-time mode).
+   */
+  def realTimeTrigger(w: WriteToStreamStatement): Boolean = w.productElementNames.zip(w.productIterator).exists {
+    case (name, value) => name == "trigger" && value != null && value.getClass.getSimpleName.startsWith("RealTimeTrigger")
+  }
 
   override def apply(plan: LogicalPlan): LogicalPlan = {
     plan match {
