@@ -456,3 +456,49 @@ def run_session_model(batches: Sequence[Sequence[Row]], lateness: int, gap: Any,
             state[key] = keep
     res.open = {k: [(s.start, s.end, s.values, s.revisions, s.dirty) for s in ss] for k, ss in state.items()}
     return res
+
+
+def one_row_batches(batches: Sequence[Sequence[Row]]) -> Tuple[List[List[Row]], List[int]]:
+    """The rows of ``batches`` in order, each as a micro-batch of its own, and the micro-batch
+    each came from."""
+    rows = [[r] for b in batches for r in b]
+    origin = [n for n, b in enumerate(batches) for _ in b]
+    return rows, origin
+
+
+@dataclass
+class PerRowResult:
+    """The record-at-a-time model (``run_model_per_row``, ``run_session_model_per_row``), by the
+    micro-batch each row arrived in: what the row's step emitted, and its late rows."""
+    emitted: List[Any] = field(default_factory=list)  # Window or Session, ``batch`` the row's
+    # (batch, key, wm(key) before the row) -> late rows
+    late: Dict[Tuple[int, Hashable, Optional[int]], int] = field(default_factory=dict)
+
+
+def _by_origin(model: Any, origin: List[int], watermarks: bool) -> PerRowResult:
+    from dataclasses import replace
+    out = PerRowResult(emitted=[replace(w, batch=origin[w.batch]) for w in model.emitted])
+    for (n, key), count in model.late.items():
+        wm = model.late_watermark[(n, key)] if watermarks else None
+        k = (origin[n], key, wm)
+        out.late[k] = out.late.get(k, 0) + count
+    return out
+
+
+def run_model_per_row(batches: Sequence[Sequence[Row]], lateness: int, size: int, slide: Optional[int] = None,
+                      allowed: int = 0) -> PerRowResult:
+    """Real-time mode's record-at-a-time rule (docs/semantics.md, "Real-time mode"), on the key's
+    own rows (no skew bound): a row is late when its windows are closed for ``wm(k)`` as it
+    stands *before that row*; then ``wm(k)`` advances with the row, and every window it passes
+    is emitted at once, with that row. This is ``run_model`` with every row a micro-batch of its
+    own; the results are reported by the micro-batch each row arrived in."""
+    rows, origin = one_row_batches(batches)
+    return _by_origin(run_model(rows, lateness, size, slide, allowed=allowed, max_skew=None), origin, True)
+
+
+def run_session_model_per_row(batches: Sequence[Sequence[Row]], lateness: int, gap: Any,
+                              allowed: int = 0) -> PerRowResult:
+    """``run_session_model`` under the record-at-a-time rule (see ``run_model_per_row``); the
+    late rows' watermark is not modelled for sessions (None)."""
+    rows, origin = one_row_batches(batches)
+    return _by_origin(run_session_model(rows, lateness, gap, allowed), origin, False)

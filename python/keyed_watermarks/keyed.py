@@ -352,6 +352,7 @@ def keyed_watermark(
     metrics: Optional[str] = None,
     arrival_time: Union[str, Column, None] = None,
     idle_clock: Optional[str] = None,
+    real_time: bool = False,
 ) -> KeyedWatermark:
     """Per-key event-time watermarks over ``events`` (a streaming DataFrame).
 
@@ -416,6 +417,13 @@ def keyed_watermark(
         output counts plus the per-key metrics (keys in the batch, new and released keys,
         watermark lag quantiles, stuck keys); ``"counts"`` only the counts (windows emitted,
         late rows, held watermarks), which costs less per micro-batch.
+    :param real_time: plan the stage for Spark's real-time mode (``trigger(realTime=...)``, Spark
+        4.3): no partial aggregation before the shuffle, and each row is checked against its key's
+        watermark as it stands before that row, the windows the watermark then passes written at
+        once (the record-at-a-time rule; it holds under any trigger). The watermark follows the
+        key's own rows only: ``max_skew`` (default unbounded here), ``closing``, ``clock``, the
+        idle options, ``dedup``, per-key metrics and early panes are refused (see
+        `Semantics, "Real-time mode" <../semantics.html#real-time-mode-real-time-optional>`__).
 
     Bad input (unknown column, non-timestamp event time, bad or negative duration, options
     that cannot be combined) raises before any query starts.
@@ -491,6 +499,7 @@ def keyed_watermark(
             "dedup": None if dedup is None else _names("dedup", dedup),
             "metrics": metrics,
             "idle_clock": idle_clock,
+            "real_time": _bool("real_time", real_time) or None,
         }
     )
     return KeyedWatermark._from_options(events, options, columns)

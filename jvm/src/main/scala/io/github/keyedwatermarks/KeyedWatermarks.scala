@@ -127,7 +127,17 @@ final class KeyedWatermark private[keyedwatermarks] (events: DataFrame, val spec
    * "counts" only the counts (windows emitted, late rows, held watermarks), which costs less
    * per micro-batch.
    */
-  def withMetrics(metrics: String): KeyedWatermark = copy(spec.copy(keyMetrics = WatermarkSpec.keyMetrics(metrics)))
+  def withMetrics(metrics: String): KeyedWatermark =
+    copy(spec.copy(keyMetrics = WatermarkSpec.keyMetrics(metrics), metricsSet = true))
+
+  /**
+   * Plans the stage for Spark's real-time mode (`trigger(realTime=...)`): each row checked
+   * against its key's watermark as it stands before that row, the windows it passes written at
+   * once (docs/semantics.md, "Real-time mode"). The per-key metrics are off unless set (which
+   * it refuses); options that need another clock are refused.
+   */
+  def withRealTime(): KeyedWatermark =
+    copy(spec.copy(realTime = true, keyMetrics = spec.metricsSet && spec.keyMetrics))
 
   /**
    * The stage's name, for a query with several keyed stages: its observed metrics are

@@ -49,6 +49,9 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   private def policy = plan.policy
   private val closing = WindowClosing(plan.windows, plan.allowedLatenessMicros)
 
+  /** Whether the stage is planned for real-time mode (option `real_time`). */
+  private[keyedwatermarks] def perRow: Boolean = plan.perRow
+
   /**
    * With dedup: whether the partial is a copy of a row the key already has within its horizon
    * (see state.DedupEntries); the row's values are remembered until a row at its time is late.
@@ -104,7 +107,17 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    * goes into the key's windows (`add`); then the watermark advances and the windows it passed
    * fire (`close`).
    */
-  override def handleInputRows(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] = {
+  override def handleInputRows(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] =
+    if (!plan.perRow) step(key, rows, timerValues)
+    else {
+      // real_time: one step per partial (a row's, partials.RowPartials), each against the key's
+      // watermark as the steps before left it in state (docs/semantics.md, "Real-time mode").
+      val out = mutable.ArrayBuffer.empty[Row]
+      while (rows.hasNext) out ++= step(key, Iterator.single(rows.next()), timerValues)
+      out.iterator
+    }
+
+  private def step(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] = {
     val keyValues = this.keyValues(key)
     // On the arrival clock the idle rule decides at the start of the batch, before its rows (at
     // the clock Spark's watermark gives the batch, on the key's state from earlier batches), so a

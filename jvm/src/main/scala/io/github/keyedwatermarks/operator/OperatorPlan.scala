@@ -30,4 +30,9 @@ private[keyedwatermarks] final case class OperatorPlan(
     /** Option metrics="keys": every key handled is added to its task's tally (emission.KeyTally). */
     keyMetrics: Boolean = true,
     /** Names this operator's tallies in its tasks (emission.KeyTallyRelay takes them). */
-    tallyId: String = "")
+    tallyId: String = "",
+    /**
+     * Option `real_time`: each partial (one row's, see partials.RowPartials) is a step of its own:
+     * late against the key's watermark before it, then the windows the watermark passes fire.
+     */
+    perRow: Boolean = false)

@@ -56,6 +56,16 @@ private[partials] final class OnHeapPartials(
       partial
     }
 
+  /**
+   * Forgets the partials held (real-time mode: [[RowPartials]] turns one row at a time into its
+   * partials, with the same instance for every row of the partition).
+   */
+  def clear(): Unit = {
+    partials.clear()
+    byStringKey.clear()
+    firstCopies.clear()
+  }
+
   /** Consumes the partition (skipping and counting invalid rows), then returns its partials as output rows. */
   def aggregate(rows: Iterator[InternalRow]): Iterator[InternalRow] = {
     while (rows.hasNext) {

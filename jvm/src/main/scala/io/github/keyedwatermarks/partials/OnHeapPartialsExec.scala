@@ -123,6 +123,12 @@ private final class InvalidRowCounter(reasonOrdinal: Int) {
   val counts = new Array[Long](InvalidRows.Reasons.max + 1)
   val first = new Array[InternalRow](InvalidRows.Reasons.max + 1)
 
+  /** Forgets the counts (real-time mode: one row at a time, see [[RowPartials]]). */
+  def reset(): Unit = {
+    java.util.Arrays.fill(counts, 0L)
+    java.util.Arrays.fill(first.asInstanceOf[Array[AnyRef]], null)
+  }
+
   /** True (and counted) if the row is invalid. */
   def skip(row: InternalRow): Boolean = {
     val reason = if (reasonOrdinal >= 0) row.getInt(reasonOrdinal) else InvalidRows.Valid

@@ -8,7 +8,7 @@ import org.apache.spark.sql.types.{MetadataBuilder, StructType}
 
 import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
-import io.github.keyedwatermarks.partials.{PartialAggregation, PartialColumns}
+import io.github.keyedwatermarks.partials.{PartialAggregation, PartialColumns, RowPartials}
 import io.github.keyedwatermarks.emission.{KeyMetrics, KeyTallyRelay, WindowEmitter}
 import io.github.keyedwatermarks.hooks.{AfterKeyedStageCheck, SparkHooks}
 import io.github.keyedwatermarks.input.{
@@ -77,10 +77,12 @@ private[keyedwatermarks] object KeyedPlanner {
     val emitter = new WindowEmitter(ref.resultSchema, input.keys.map(ref.schema.fieldIndex).toArray,
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
       withRevision = spec.windows.allowedLateness.isDefined && !spec.emission.withPaneColumns, panes)
-    val partials = PartialAggregation(ArrivalWatermark.track(projected.frame, policy), input.keys.size, windows,
+    // real_time: each row its own partials, no aggregation across rows (docs/semantics.md, "Real-time mode").
+    val partials = (if (spec.watermark.realTime) RowPartials.apply _ else PartialAggregation.apply _) (
+      ArrivalWatermark.track(projected.frame, policy), input.keys.size, windows,
       aggregation,
       spec.aggregation.keepLateRows,
-      keepEventTimes = policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
+      policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
     val operatorPlan = OperatorPlan(
       keySchema = projected.keySchema,
       payloadSchema = partials.payloadSchema,
@@ -95,6 +97,7 @@ private[keyedwatermarks] object KeyedPlanner {
       windowRows = PaneRules.windowRows(panes, windows, aggregation.bufferSchema, ref.resultSchema),
       keyNames = input.keys,
       keyMetrics = spec.watermark.keyMetrics,
+      perRow = spec.watermark.realTime,
       tallyId = java.util.UUID.randomUUID().toString)
     val keys = projected.keySchema.indices.map(ProjectedInput.keyColumnName).map(F.col)
     val valid = InvalidRows.observe(partials.frame, PartialColumns.WindowStart, PartialColumns.Rows,
@@ -124,6 +127,7 @@ private[keyedwatermarks] object KeyedPlanner {
     val input = SpecChecks.watermark(spec.watermark, events, streaming)
     spec.watermark.validateQuery()
     SpecChecks.windows(spec.windows, events)
+    if (spec.watermark.realTime) SpecChecks.realTime(spec)
     requireRocksDb(events)
     input
   }

@@ -7,7 +7,7 @@ import io.github.keyedwatermarks.catalyst.SparkInternals
 import io.github.keyedwatermarks.input.{DedupColumns, DurationColumn, InputPlan, SessionGap}
 import io.github.keyedwatermarks.shims.SparkVersionCheck
 import io.github.keyedwatermarks.spec.{ColumnGap, FixedGap, KeyLateness, OptionError, Sessions, Sliding, Tumbling}
-import io.github.keyedwatermarks.spec.{WatermarkSpec, WindowSpec}
+import io.github.keyedwatermarks.spec.{Emission, KeyedQuerySpec, WatermarkSpec, WindowSpec}
 
 /**
  * Checks a spec against the input (columns exist, types fit) and its options against each
@@ -15,6 +15,19 @@ import io.github.keyedwatermarks.spec.{WatermarkSpec, WindowSpec}
  * Spark Connect) calls these, eagerly, and the planner once more.
  */
 private[keyedwatermarks] object SpecChecks {
+
+  /**
+   * real_time, against the whole query (its watermark options are checked by
+   * WatermarkSpec.validateCombination): windows fire on time and with their revisions only.
+   * An early pane per row would be a row of output per input row; emit='every <duration>'
+   * follows processing time (docs/semantics.md, "Real-time mode").
+   */
+  def realTime(spec: KeyedQuerySpec): Unit = spec.emission.when match {
+    case Emission.Final => ()
+    case other => OptionError(s"emit: '${other.name}' is not supported with real_time=True (a window fires " +
+        "when its key's watermark passes its end, on the row that passes it, and again within allowed_lateness; " +
+        "docs/semantics.md, \"Real-time mode\")")
+  }
 
   /** The watermark options against `events`; returns the validated input. */
   def watermark(w: WatermarkSpec, events: DataFrame, streaming: Boolean = true): InputPlan = {

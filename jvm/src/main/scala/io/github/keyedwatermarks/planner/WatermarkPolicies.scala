@@ -28,8 +28,10 @@ private[keyedwatermarks] object WatermarkPolicies {
       case Unbounded => None
       // Processing-time policies bound state with their own timers (and cannot follow Spark's
       // event-time watermark in the same query); closing='global' is Spark's watermark itself.
+      // real_time: Spark's global watermark moves only between real-time batches (docs/semantics.md).
       case DefaultSkew =>
-        if (w.followsOwnClock || w.closing == Closing.Global) None else Some(WatermarkSpec.DefaultMaxSkewMicros)
+        if (w.followsOwnClock || w.closing == Closing.Global || w.realTime) None
+        else Some(WatermarkSpec.DefaultMaxSkewMicros)
     }
     // The idle options' clock: the arrival clock (arrival_time) unless the wall clock was named.
     val idleClock = w.idleClockInForce match {

@@ -23,7 +23,8 @@ object QueryOptions {
 
   private val WatermarkOptions = Set("key", "event_time", "lateness", "idle_timeout", "key_lateness",
     "adaptive_lateness", "clock", "advance_when_idle", "max_skew", "closing", "sources", "source_idle_timeout",
-    "max_ahead", "stuck_after", "name", "dedup", "metrics", "arrival_time", "idle_clock")
+    "max_ahead", "stuck_after", "name", "dedup", "metrics", "arrival_time", "idle_clock",
+    "real_time")
   private val QueryLevel = WatermarkOptions ++ Set("window", "session", "report", "keep_late_rows")
   private val ColumnOptions = Set("key_lateness", "source", "gap", "arrival_time")
 
@@ -95,7 +96,10 @@ object QueryOptions {
         .getOrElse(WatermarkSpec.DefaultStuckAfterMicros),
       stageName = o.string("name"),
       dedup = o.strings("dedup").getOrElse(Nil),
-      keyMetrics = o.string("metrics").forall(WatermarkSpec.keyMetrics),
+      // With real_time the per-key metrics are off unless asked for (which it refuses).
+      keyMetrics = o.string("metrics").fold(!o.bool("real_time").getOrElse(false))(WatermarkSpec.keyMetrics),
+      metricsSet = o.string("metrics").isDefined,
+      realTime = o.bool("real_time").getOrElse(false),
       arrivalTime = o.column("arrival_time"),
       idleClock = o.string("idle_clock").map(IdleClock.parse))
   }

@@ -43,7 +43,15 @@ final case class WatermarkSpec(
      */
     arrivalTime: Option[Column] = None,
     /** Option `idle_clock` as the user set it (None: the default, see [[idleClockInForce]]). */
-    idleClock: Option[IdleClock] = None) {
+    idleClock: Option[IdleClock] = None,
+    /**
+     * Option `real_time`: the stage is planned for Spark's real-time mode (docs/semantics.md,
+     * "Real-time mode"): no partial aggregation before the shuffle, each row checked against its
+     * key's watermark as it stands before that row and the windows it passes written at once.
+     */
+    realTime: Boolean = false,
+    /** Whether option `metrics` was set (real_time refuses metrics='keys': see [[validateCombination]]). */
+    metricsSet: Boolean = false) {
 
   /** The idle options that are set (idle_timeout, source_idle_timeout; advance_when_idle needs the first). */
   private[keyedwatermarks] def idleOptions: Seq[String] =
@@ -103,9 +111,31 @@ final case class WatermarkSpec(
         "idle_clock='processing_time' to measure it on the query's wall clock (not outage-safe: a query that was " +
         "down or is catching up sees every key idle)")
     }
+    if (realTime) validateRealTime()
     if (arrivalTime.isDefined && idleOptions.nonEmpty && !idleOnArrival) fail(
       "arrival_time: not read with idle_clock='processing_time' or clock='processing_time' (the idle " +
         "options then follow the wall clock); drop it, or use the arrival clock (idle_clock='arrival')")
+  }
+
+  /**
+   * real_time: only what runs row by row in Spark's real-time mode, on the key's own rows
+   * (docs/semantics.md, "Real-time mode"). Spark's global watermark moves only between real-time
+   * batches (minutes), and the clocks' timers are not part of the real-time plan.
+   */
+  private def validateRealTime(): Unit = {
+    def fail(option: String, why: String): Nothing = OptionError(
+      s"$option: not supported with real_time=True ($why; docs/semantics.md, \"Real-time mode\")")
+    val globalWatermark = "it follows Spark's global watermark, which in real-time mode moves only between " +
+      "real-time batches"
+    if (maxSkew.isInstanceOf[SkewOf]) fail("max_skew", globalWatermark + "; leave it out or set 'unbounded'")
+    if (closing != Closing.Keyed) fail(s"closing='${closing.name}'", globalWatermark)
+    if (clock != KeyClock.EventTime) fail(s"clock='${clock.name}'", "it needs processing-time timers")
+    idleOptions.headOption.foreach(o => fail(o, "the idle options need timers on the arrival or the wall clock"))
+    if (arrivalTime.isDefined) fail("arrival_time", "only the idle options read it")
+    if (dedup.nonEmpty) fail("dedup", "not planned for real-time mode yet")
+    if (metricsSet && keyMetrics) fail("metrics='keys'",
+      "the per-key metrics are passed on by an operator Spark does not allow in real-time mode; the counts " +
+        "(metrics='counts', the default with real_time) are reported")
   }
 
   /**
