@@ -67,7 +67,7 @@ class OptionSeamSuite extends SparkSuite {
     same(builder.withClock("event_time"), """"clock": "event_time"""")
     same(builder.withClosing("global"), """"closing": "global"""")
     same(builder.withGlobalClosing(), """"closing": "global"""")
-    same(builder.withRealTime(), """"real_time": true"""")
+    same(builder.withRealTime(), """"real_time": true""")
     same(builder.withMaxSkew("unbounded").withRealTime().withMetrics("counts"),
       """"real_time": true, "max_skew": "unbounded", "metrics": "counts"""")
     same(builder.withClosing("fleet").withMaxSkew("30 minutes"), """"closing": "fleet", "max_skew": "30 minutes"""")

@@ -53,6 +53,18 @@ class StageRecordSuite extends AnyFunSuite {
     assert(m.endsWith("restart it from a new checkpoint location"))
   }
 
+  test("what Spark's global watermark measures: a change between event time and arrival time is refused") {
+    import StageRecord.{ArrivalTime, EventTime}
+    def gw(g: Option[String]) = record().copy(globalWatermark = g)
+    assert(StageRecord.fromJson(gw(Some(ArrivalTime)).toJson) == gw(Some(ArrivalTime)))
+    val m = refusal(gw(Some(EventTime)), gw(Some(ArrivalTime)))
+    assert(m.contains("is on event time (max_skew / closing), but this query's is on the arrival time (arrival_time"))
+    assert(refusal(gw(Some(ArrivalTime)), gw(Some(EventTime))).contains("is on the arrival time (arrival_time"))
+    // Neither side, or a record written before the field: nothing to compare (max_skew added resumes).
+    for ((was, is) <- Seq(None -> Some(EventTime), Some(EventTime) -> None, None -> Some(ArrivalTime)))
+      assert(StageRecord.decide(Some(gw(was)), Some(0L), gw(is), what) == Resume)
+  }
+
   test("other aggregates are refused, naming both buffers") {
     val m = refusal(record(), record(windowRows = rows("count", "sum", "min")))
     assert(m.contains("written for another schema (other aggregates, or another version of keyed-watermarks)"))

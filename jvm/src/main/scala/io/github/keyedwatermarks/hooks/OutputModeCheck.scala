@@ -25,7 +25,8 @@ private[keyedwatermarks] object OutputModeCheck extends Rule[LogicalPlan] {
    * has no trigger field (and no real-time mode).
    */
   def realTimeTrigger(w: WriteToStreamStatement): Boolean = w.productElementNames.zip(w.productIterator).exists {
-    case (name, value) => name == "trigger" && value != null && value.getClass.getSimpleName.startsWith("RealTimeTrigger")
+    case (name, value) =>
+      name == "trigger" && value != null && value.getClass.getSimpleName.startsWith("RealTimeTrigger")
   }
 
   override def apply(plan: LogicalPlan): LogicalPlan = {
