@@ -36,7 +36,10 @@ private[operator] final class KeyBatch(
   val intervals = mutable.ArrayBuffer.empty[OpenWindow]
   /** The event-time timer registered for the key now, if any. */
   var eventTimerMs: Option[Long] = loaded.map(_.eventTimerMs).filter(_ != KeyState.NoTimer)
-  val update = new WatermarkAdvance(policy, state, record, layout, IdleClockNow(policy, timerValues), globalWatermark)
+  private def advance() =
+    new WatermarkAdvance(policy, state, record, layout, IdleClockNow(policy, timerValues), globalWatermark)
+  /** The key's watermark across this call; real_time: across the current row ([[nextStep]]). */
+  var update: WatermarkAdvance = advance()
   /** Processing time of the call: the micro-batch's timestamp (constant within the batch). */
   val nowMs: Long = timerValues.getCurrentProcessingTimeInMs()
   /** Whether the key left state in this call. */
@@ -65,6 +68,17 @@ private[operator] final class KeyBatch(
       state.store(record, eventTimerMs.getOrElse(KeyState.NoTimer), keyWindows.rowsOf(open), open.size, earliest)
     }
   }
+
+  /**
+   * real_time: the next row's step on the record as the row before left it, as if stored and
+   * loaded again (KeyedWindowProcessor.rowSteps): a new watermark advance (its floors and start
+   * from the record). The windows stay as the step before left them.
+   */
+  def nextStep(): Unit = update = advance()
+
+  /** Whether [[store]] would remove the key from state now (no window left, and the policy lets it go). */
+  def releasable: Boolean =
+    windows.isEmpty && policy.releasable(record, IdleClockNow(policy, timerValues), globalWatermark)
 
   /** Drops all of the key's state and its event-time timer. */
   def release(): Unit = {

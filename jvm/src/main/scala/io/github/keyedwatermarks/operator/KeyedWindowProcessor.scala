@@ -109,13 +109,76 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
    */
   override def handleInputRows(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] =
     if (!plan.perRow) step(key, rows, timerValues)
-    else {
-      // real_time: one step per partial (a row's, partials.RowPartials), each against the key's
-      // watermark as the steps before left it in state (docs/semantics.md, "Real-time mode").
+    else if (policy.usesArrivalClock) {
+      // real_time on the arrival clock: the idle rule decides before each row, on the key's state
+      // as stored; one full step (load, store) per partial.
       val out = mutable.ArrayBuffer.empty[Row]
       while (rows.hasNext) out ++= step(key, Iterator.single(rows.next()), timerValues)
       out.iterator
+    } else rowSteps(key, rows, timerValues)
+
+  /**
+   * real_time: one step per partial (a row's, partials.RowPartials), each against the key's
+   * watermark as the steps before left it (docs/semantics.md, "Real-time mode"), on the key's
+   * state loaded once for all the rows Spark hands in this call and stored once after them. A
+   * step's result is what a load and store between the rows would give: its watermark advance
+   * starts over from the record the step before left ([[KeyBatch.nextStep]]); a key that would
+   * leave state after a step (no window left, see KeyBatch.store) leaves it, and the next row
+   * loads it afresh. The output is gathered, not lazy: the state is written after the last row,
+   * within this call, where every Spark line has the key's implicit grouping key set (4.3's
+   * TransformWithStateExec also keeps it set while it reads the returned iterator; the older
+   * lines were not checked). Spark hands a key's rows together only as far as they come one
+   * after another (GroupedIterator over the unsorted input in real-time mode).
+   */
+  private def rowSteps(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] = {
+    val keyValues = this.keyValues(key)
+    val out = mutable.ArrayBuffer.empty[Row]
+    var batch = keyBatch(timerValues)
+    var late = 0L
+    var stepped = false
+    while (rows.hasNext) {
+      if (stepped) {
+        if (batch.releasable) {
+          batch.store(late)
+          late = 0L
+          batch = keyBatch(timerValues)
+        } else batch.nextStep()
+      }
+      val rowLate = rowStep(keyValues, batch, this.partial(rows.next()), out)
+      late += rowLate
+      stepped = true
     }
+    batch.store(late)
+    timers.scheduleProcessingTimer(batch, timerValues)
+    tallyKey(batch, hadRows = true)
+    out.iterator
+  }
+
+  /** One partial's step on the loaded `batch` (see [[step]], without load or store); returns its late rows. */
+  private def rowStep(
+      keyValues: InternalRow, batch: KeyBatch, partial: InternalRow, out: mutable.ArrayBuffer[Row]): Long = {
+    val update = batch.update
+    val watermarkAtStart = update.atStart
+    val start = partial.getLong(startOrdinal)
+    var late = 0L
+    val lateRowsOut = mutable.ArrayBuffer.empty[Row]
+    if (plan.dedup) batch.duplicates += partial.getLong(layout.duplicates)
+    if (plan.dedup && duplicate(partial, start)) batch.duplicates += partial.getLong(layout.rows)
+    else {
+      update.observe(partial)
+      if (closing.isLate(start, watermarkAtStart)) {
+        late = partial.getLong(layout.rows)
+        keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
+      } else add(batch, partial, start)
+    }
+    out ++= firing.close(keyValues, batch, update.finish(), watermarkAtStart)
+    if (late > 0) {
+      out += plan.emitter.lateRows(keyValues, late, watermarkAtStart)
+      out ++= lateRowsOut
+    }
+    if (update.regressed) out += plan.emitter.heldWatermark(keyValues, update.record.regressions, update.atStart)
+    late
+  }
 
   private def step(key: Row, rows: Iterator[Row], timerValues: TimerValues): Iterator[Row] = {
     val keyValues = this.keyValues(key)
