@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession, functions as F
 import keyed_watermarks as kw
 
 from join_model import Row, run_join_model
+from reference_model import run_model
 
 S = 1_000_000
 READINGS = "device STRING, ts TIMESTAMP, temp INT"
@@ -112,6 +113,36 @@ def test_as_of_join_streaming_matches_model_and_spark(spark: SparkSession, workd
     up = {t: got[t] for t in (5, 7, 8, 11, 14)}
     assert all(s == "joined" for _, _, s in up.values()), up
     assert got[8][1] == "u2" and got[7][1] == "u1"
+
+
+def test_as_of_join_then_keyed_window(spark: SparkSession, workdir: Path) -> None:
+    """A keyed window stage after the join in one query: its windows are the window model's
+    (tests/reference_model.py) over the join model's joined rows, batch by batch."""
+    readings, versions = Side(spark, workdir / "r", READINGS), Side(spark, workdir / "v", VERSIONS)
+    for rs, vs in BATCHES:
+        readings.add([(k, at(t), p) for k, t, p in rs])
+        versions.add([(k, at(t), p) for k, t, p in vs])
+    joined = kw.as_of_join(readings.stream(), versions.stream(), key="device", reading_time="ts",
+                           version_time="valid_from", lateness="30 seconds", versions_delay="5 seconds")
+    windows = (kw.keyed_watermark(joined.where(F.col("join_status") == "joined"), key="device", event_time="ts",
+                                  lateness="10 seconds", max_skew="unbounded")
+               .window("1 minute").agg(F.count("*").alias("n"), F.max("firmware").alias("firmware")))
+    got = []
+    query = (windows.writeStream.foreachBatch(lambda df, _: got.extend(df.collect())).trigger(availableNow=True)
+             .option("checkpointLocation", str(workdir / "cp")).start())
+    query.awaitTermination()
+    assert query.exception() is None
+
+    join = run_join_model(BATCHES, LATENESS, DELAY)
+    per_batch: List[List[Row]] = [[] for _ in join.watermarks_ms]
+    for o in join.out:
+        if o.status == "joined":
+            per_batch[o.batch].append((o.reading[0], o.reading[1], o.version[2]))
+    model = run_model(per_batch, 10 * S, 60 * S, max_skew=None)
+    expected = sorted((w.key, w.start, len(w.values), max(w.values)) for w in model.emitted)
+    # Collected timestamps are naive local times (pyspark's conversion); .timestamp() reads them back.
+    assert sorted((r.device, round(r.window.start.timestamp()) * S, r.n, r.firmware) for r in got) == expected
+    assert len(expected) >= 5
 
 
 def _streams(spark: SparkSession, workdir: Path) -> Tuple[DataFrame, DataFrame]:
