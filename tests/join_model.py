@@ -74,6 +74,7 @@ class JoinResult:
     out: List[Out]
     held: Dict[Hashable, List[Row]]  # readings still held after the last batch
     state_rows: int  # held readings + versions in state after the last batch
+    versions: Dict[Hashable, List[Row]]  # each key's versions in state after the last batch
     watermarks_ms: List[Optional[int]]  # the versions watermark of each batch
 
 
@@ -120,14 +121,18 @@ def run_join_model(
                     if r[1] <= vwm_ms * 1000:
                         v = s.valid_at(r[1])
                         out.append(Out(n, r, v, "joined" if v is not None else "no_version"))
+                        touched.add(k)  # the operator's timer (or rows) handled the key
                     else:
                         keep.append(r)
                 s.held = keep
-            if k in touched or vwm_ms is not None:
+            # Pruned when the operator handles the key: rows, or its timer releasing readings
+            # (pruning never changes what a reading is joined to: the horizon only advances).
+            if k in touched:
                 s.prune(lateness)
     return JoinResult(
         out=out,
         held={k: list(s.held) for k, s in keys.items() if s.held},
         state_rows=sum(s.state_rows() for s in keys.values()),
+        versions={k: list(s.versions) for k, s in keys.items() if s.versions},
         watermarks_ms=watermarks,
     )

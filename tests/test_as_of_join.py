@@ -73,12 +73,9 @@ DELAY = 5 * S
 
 
 def test_as_of_join_streaming_matches_model_and_spark(spark: SparkSession, workdir: Path) -> None:
+    """Run in two parts, restarted from the checkpoint in between: held readings, versions and
+    readings watermarks are kept across the restart."""
     readings, versions = Side(spark, workdir / "r", READINGS), Side(spark, workdir / "v", VERSIONS)
-    for rs, vs in BATCHES:
-        readings.add([(k, at(t), p) for k, t, p in rs])
-        versions.add([(k, at(t), p) for k, t, p in vs])
-    joined = kw.as_of_join(readings.stream(), versions.stream(), key="device", reading_time="ts",
-                           version_time="valid_from", lateness="30 seconds", versions_delay="5 seconds")
     got: Dict[int, Tuple[int, object, str]] = {}
 
     def collect(df: DataFrame, batch_id: int) -> None:
@@ -86,12 +83,19 @@ def test_as_of_join_streaming_matches_model_and_spark(spark: SparkSession, workd
             assert r.temp not in got, f"reading {r.temp} emitted twice"
             got[r.temp] = (batch_id, r.firmware, r.join_status)
 
-    query = (joined.writeStream.foreachBatch(collect).trigger(availableNow=True)
-             .option("checkpointLocation", str(workdir / "cp")).start())
-    query.awaitTermination()
-    assert query.exception() is None
+    for part in (BATCHES[:3], BATCHES[3:]):
+        for rs, vs in part:
+            readings.add([(k, at(t), p) for k, t, p in rs])
+            versions.add([(k, at(t), p) for k, t, p in vs])
+        joined = kw.as_of_join(readings.stream(), versions.stream(), key="device", reading_time="ts",
+                               version_time="valid_from", lateness="30 seconds", versions_delay="5 seconds")
+        query = (joined.writeStream.foreachBatch(collect).trigger(availableNow=True)
+                 .option("checkpointLocation", str(workdir / "cp")).start())
+        query.awaitTermination()
+        assert query.exception() is None
 
-    model = run_join_model(BATCHES, LATENESS, DELAY)
+    # Each part ends with Spark's no-data batch (its watermark advanced).
+    model = run_join_model(BATCHES[:3] + [((), ())] + BATCHES[3:], LATENESS, DELAY)
     expected = {o.reading[2]: (o.batch, o.version[2] if o.version else None, o.status) for o in model.out}
     assert got == expected
     assert {o.status for o in model.out} == {"joined", "no_version", "late"}
@@ -113,6 +117,13 @@ def test_as_of_join_streaming_matches_model_and_spark(spark: SparkSession, workd
     up = {t: got[t] for t in (5, 7, 8, 11, 14)}
     assert all(s == "joined" for _, _, s in up.values()), up
     assert got[8][1] == "u2" and got[7][1] == "u1"
+
+    # State (Spark's state data source): each key's versions pruned to its horizon, as the model's.
+    stored = (spark.read.format("statestore").option("stateVarName", "join_versions")
+              .load(str(workdir / "cp")).collect())
+    in_state = sorted((r.key[0], r.list_element.row[2]) for r in stored)
+    assert in_state == sorted((k, v[2]) for k, vs in model.versions.items() for v in vs)
+    assert len(in_state) < sum(len(vs) for _, vs in BATCHES)
 
 
 def test_as_of_join_then_keyed_window(spark: SparkSession, workdir: Path) -> None:
