@@ -10,7 +10,7 @@ import datetime
 import os
 import shutil
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 from pyspark.errors import IllegalArgumentException
@@ -28,8 +28,8 @@ EPOCH = datetime.datetime(2026, 11, 27, tzinfo=datetime.timezone.utc)
 T0 = int(EPOCH.timestamp()) * S
 
 
-def at(micros: int) -> datetime.datetime:
-    return EPOCH + datetime.timedelta(microseconds=micros - T0)
+def at(micros: Optional[int]) -> Optional[datetime.datetime]:
+    return None if micros is None else EPOCH + datetime.timedelta(microseconds=micros - T0)
 
 
 class Side:
@@ -56,7 +56,8 @@ class Side:
 
 
 # The delayed device: "up" uploads its readings minutes after the others' (its clock trails by
-# 5 minutes), its firmware changed once; "a" and "b" report in step, their firmware changes often.
+# 5 minutes), its firmware changed once; "a" and "b" report in step, their firmware changes often;
+# the last batch has a reading and a version with a null key and with a null time.
 BATCHES: List[Tuple[List[Row], List[Row]]] = [
     ([("a", T0 + 10 * S, 1), ("b", T0 + 12 * S, 2)],
      [("a", T0 + 0 * S, "a1"), ("b", T0 + 5 * S, "b1"), ("up", T0 - 600 * S, "u1")]),
@@ -66,7 +67,8 @@ BATCHES: List[Tuple[List[Row], List[Row]]] = [
      [("a", T0 + 120 * S, "a3"), ("b", T0 + 125 * S, "b3"), ("up", T0 - 228 * S, "u2")]),
     ([("b", T0 + 190 * S, 10), ("up", T0 - 170 * S, 11), ("a", T0 + 50 * S, 12)],
      [("a", T0 + 180 * S, "a4"), ("b", T0 + 185 * S, "b4")]),
-    ([("up", T0 - 400 * S, 13), ("up", T0 - 110 * S, 14)], [("a", T0 + 240 * S, "a5")]),
+    ([("up", T0 - 400 * S, 13), ("up", T0 - 110 * S, 14), (None, T0 + 200 * S, 15), ("b", None, 16)],
+     [("a", T0 + 240 * S, "a5"), (None, T0 + 200 * S, "n1"), ("b", None, "b5")]),
 ]
 LATENESS = 30 * S
 DELAY = 5 * S
@@ -98,7 +100,7 @@ def test_as_of_join_streaming_matches_model_and_spark(spark: SparkSession, workd
     model = run_join_model(BATCHES[:3] + [((), ())] + BATCHES[3:], LATENESS, DELAY)
     expected = {o.reading[2]: (o.batch, o.version[2] if o.version else None, o.status) for o in model.out}
     assert got == expected
-    assert {o.status for o in model.out} == {"joined", "no_version", "late"}
+    assert {o.status for o in model.out} == {"joined", "no_version", "late", "invalid"}
     # Held at the end: the readings the versions watermark has not passed (model and query agree above).
     assert sorted(r[2] for rs in model.held.values() for r in rs) == sorted(
         r[2] for rs, _ in BATCHES for r in rs if r[2] not in got)
