@@ -36,6 +36,7 @@ DOCTEST_MODULES = [
     "keyed_watermarks.testing",
     "keyed_watermarks.report",
     "keyed_watermarks.rollup",
+    "keyed_watermarks.join",
     "keyed_watermarks.state",
 ]
 

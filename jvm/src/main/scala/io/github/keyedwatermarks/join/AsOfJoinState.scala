@@ -1,0 +1,52 @@
+package io.github.keyedwatermarks.join
+
+import org.apache.spark.sql.{Encoders, Row}
+import org.apache.spark.sql.streaming.{ListState, StatefulProcessorHandle, TTLConfig, ValueState}
+import org.apache.spark.sql.types.{LongType, StructField, StructType}
+
+/**
+ * One key's as-of join state in Spark's state store (RocksDB provider):
+ *  - `join_key`: the key's max reading time (its readings watermark is that minus lateness);
+ *  - `join_held`: the readings held until the versions watermark passes them (time, row);
+ *  - `join_versions`: the key's versions within its horizon (time, row), sorted by time.
+ * Rows are stored under positional field names (`c0`, `c1`, ...), Avro-safe whatever the
+ * user's column names.
+ */
+private[keyedwatermarks] final class AsOfJoinState(handle: StatefulProcessorHandle, readingSchema: StructType,
+    versionSchema: StructType) {
+  import AsOfJoinState._
+
+  private val keyRow: ValueState[Row] =
+    handle.getValueState("join_key", Encoders.row(KeySchema), TTLConfig.NONE)
+  private val held: ListState[Row] =
+    handle.getListState("join_held", Encoders.row(timed(readingSchema)), TTLConfig.NONE)
+  private val versions: ListState[Row] =
+    handle.getListState("join_versions", Encoders.row(timed(versionSchema)), TTLConfig.NONE)
+
+  def maxReading(): Option[Long] = Option(keyRow.get()).map(_.getLong(0))
+
+  def heldReadings(): Vector[(Long, Row)] =
+    held.get().map(r => (r.getLong(0), r.getStruct(1))).toVector
+
+  def keyVersions(): Vector[AsOfRule.Version[Row]] =
+    versions.get().map(r => AsOfRule.Version(r.getLong(0), r.getStruct(1))).toVector.sortBy(_.time)
+
+  def store(max: Option[Long], heldNow: Vector[(Long, Row)], versionsNow: Vector[AsOfRule.Version[Row]]): Unit = {
+    max.fold(keyRow.clear())(m => keyRow.update(Row(m)))
+    if (heldNow.isEmpty) held.clear() else held.put(heldNow.map { case (t, r) => Row(t, r) }.toArray)
+    if (versionsNow.isEmpty) versions.clear()
+    else versions.put(versionsNow.map(v => Row(v.time, v.row)).toArray)
+  }
+}
+
+private[keyedwatermarks] object AsOfJoinState {
+  val KeySchema: StructType = StructType(Seq(StructField("max_reading", LongType, nullable = false)))
+
+  /** A side's row under positional names, after its time in microseconds. */
+  def timed(schema: StructType): StructType = StructType(Seq(
+      StructField("time", LongType, nullable = false),
+      StructField("row", positional(schema), nullable = false)))
+
+  def positional(schema: StructType): StructType =
+    StructType(schema.fields.zipWithIndex.map { case (f, i) => f.copy(name = s"c$i") })
+}
