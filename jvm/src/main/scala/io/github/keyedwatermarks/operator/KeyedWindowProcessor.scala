@@ -4,16 +4,14 @@ import scala.collection.mutable
 
 import org.apache.spark.sql.Row
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.streaming.{ExpiredTimerInfo, OutputMode, StatefulProcessor, TimeMode, TimerValues}
 
 import io.github.keyedwatermarks.catalyst.UnsafeRowBytes
 import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 import io.github.keyedwatermarks.partials.PartialLayout
 import io.github.keyedwatermarks.emission.{KeyTally, WindowEmitter}
-import io.github.keyedwatermarks.state.{KeyState, KeyWindows, OpenWindow, StageRecord}
+import io.github.keyedwatermarks.state.{KeyState, KeyWindows, StageRecord}
 import io.github.keyedwatermarks.watermark.{HeldWatermark, IdleClockNow}
-import io.github.keyedwatermarks.window.{AlignedWindows, SessionWindows}
 
 /**
  * The keyed-watermark windowed aggregation, run by `transformWithState` (never with Spark
@@ -41,25 +39,16 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   @transient private var timers: KeyTimers = _
   @transient private var firing: WindowFiring = _
   @transient private var idleKeys: IdleKeys = _
+  @transient private var admission: PartialAdmission = _
   @transient private lazy val keys = new RowConverter(plan.keySchema)
   private val layout = PartialLayout(plan.payloadSchema)
   private val payloadFields = plan.payloadSchema.length
-  private val startOrdinal = layout.windowStart
   private def agg = plan.aggregation
   private def policy = plan.policy
   private val closing = WindowClosing(plan.windows, plan.allowedLatenessMicros)
 
   /** Whether the stage is planned for real-time mode (option `real_time`). */
   private[keyedwatermarks] def perRow: Boolean = plan.perRow
-
-  /**
-   * With dedup: whether the partial is a copy of a row the key already has within its horizon
-   * (see state.DedupEntries); the row's values are remembered until a row at its time is late.
-   */
-  private def duplicate(partial: InternalRow, start: Long): Boolean = state.dedupEntries.exists { d =>
-    val values = partial.getStruct(layout.dedup, layout.dedupWidth).asInstanceOf[UnsafeRow].getBytes
-    d.duplicate(values, partial.getLong(layout.dedupPartition), closing.lateFrom(start))
-  }
 
   override def init(outputMode: OutputMode, timeMode: TimeMode): Unit = {
     state = new KeyState(getHandle, plan.windowRows, policy, plan.windows, plan.dedup)
@@ -68,6 +57,7 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     timers = new KeyTimers(getHandle, policy, closing)
     firing = new WindowFiring(agg, plan.emitter, plan.panes, plan.windows, closing)
     idleKeys = new IdleKeys(getHandle, state, policy, firing, timers)
+    admission = new PartialAdmission(plan, layout, state, closing)
   }
 
   /**
@@ -159,18 +149,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
       keyValues: InternalRow, batch: KeyBatch, partial: InternalRow, out: mutable.ArrayBuffer[Row]): Long = {
     val update = batch.update
     val watermarkAtStart = update.atStart
-    val start = partial.getLong(startOrdinal)
-    var late = 0L
     val lateRowsOut = mutable.ArrayBuffer.empty[Row]
-    if (plan.dedup) batch.duplicates += partial.getLong(layout.duplicates)
-    if (plan.dedup && duplicate(partial, start)) batch.duplicates += partial.getLong(layout.rows)
-    else {
-      update.observe(partial)
-      if (closing.isLate(start, watermarkAtStart)) {
-        late = partial.getLong(layout.rows)
-        keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
-      } else add(batch, partial, start)
-    }
+    val late = admission.admit(keyValues, batch, partial, watermarkAtStart, lateRowsOut)
     out ++= firing.close(keyValues, batch, update.finish(), watermarkAtStart)
     if (late > 0) {
       out += plan.emitter.lateRows(keyValues, late, watermarkAtStart)
@@ -197,21 +177,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
     val watermarkAtStart = update.atStart
     var late = 0L
     val lateRowsOut = mutable.ArrayBuffer.empty[Row]
-    while (rows.hasNext) {
-      val partial = this.partial(rows.next())
-      val start = partial.getLong(startOrdinal)
-      // A copy (dedup) is dropped before anything else: not aggregated, not late, and it does
-      // not move the watermark; copies dropped within the partition are counted too.
-      if (plan.dedup) batch.duplicates += partial.getLong(layout.duplicates)
-      if (plan.dedup && duplicate(partial, start)) batch.duplicates += partial.getLong(layout.rows)
-      else {
-        update.observe(partial)
-        if (closing.isLate(start, watermarkAtStart)) {
-          late += partial.getLong(layout.rows)
-          keptLateRows(partial, keyValues, watermarkAtStart, lateRowsOut)
-        } else add(batch, partial, start)
-      }
-    }
+    while (rows.hasNext)
+      late += admission.admit(keyValues, batch, this.partial(rows.next()), watermarkAtStart, lateRowsOut)
     val emitted = firing.close(keyValues, batch, update.finish(), watermarkAtStart)
     batch.store(late)
     val lateOut =
@@ -227,26 +194,6 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   }
 
   /**
-   * An on-time partial: merged into its aligned window; or, for sessions, a new interval
-   * [t, end) (end: t + gap, or the row's own end with a per-row gap) that `close` merges with
-   * the key's sessions.
-   */
-  private def add(batch: KeyBatch, partial: InternalRow, start: Long): Unit = plan.windows match {
-    case aligned: AlignedWindows =>
-      val window = batch.window(aligned, start)
-      agg.merge(window.buffer, partial)
-      window.dirty = true
-    case SessionWindows(gap) =>
-      val end = gap match {
-        case Some(g) => start + g
-        case None => partial.getLong(layout.sessionEnd)
-      }
-      val interval = new OpenWindow(start, end, agg.newBuffer(), 0, dirty = true)
-      agg.merge(interval.buffer, partial)
-      batch.intervals += interval
-  }
-
-  /**
    * The per-key metrics tallied since the last call, replaced by a new tally (null with
    * metrics="counts"): for a driver of the processor outside a query (the in-memory tests).
    */
@@ -258,18 +205,6 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
 
   /** Adds the key, as the call left it, to the task's per-key metrics when they are on (option metrics). */
   private def tallyKey(batch: KeyBatch, hadRows: Boolean): Unit = if (tally != null) batch.tallyInto(tally, hadRows)
-
-  /** Emits a kept late row per original row of a late partial. */
-  private def keptLateRows(
-      partial: InternalRow, keyValues: InternalRow, watermark: Long, out: mutable.ArrayBuffer[Row]): Unit =
-    if (plan.keepLateRows) {
-      val kept = partial.getArray(layout.kept)
-      var i = 0
-      while (i < kept.numElements()) {
-        out += plan.emitter.lateRow(keyValues, kept.getStruct(i, layout.keptWidth), watermark)
-        i += 1
-      }
-    }
 
   /**
    * A timer. With idle_timeout an idle key's windows that have not fired yet are emitted (with
