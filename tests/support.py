@@ -83,22 +83,22 @@ class Replay:
         )
 
 
-def run_to_end(df: DataFrame, out_dir: Path, checkpoint: Path):
-    """Runs `df` with Trigger.AvailableNow into a parquet sink until all input is processed;
-    returns the finished query (for its progress reports); raises the query's exception."""
-    query = (
-        df.writeStream.format("parquet")
-        .outputMode("append")
-        .option("path", str(out_dir))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
+def start_to_end(writer, checkpoint: Path):
+    """Starts `writer` (a DataStreamWriter) with Trigger.AvailableNow and `checkpoint`, waits
+    until all input is processed and returns the finished query (for its progress reports);
+    raises the query's exception."""
+    query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
     query.awaitTermination()
     exc = query.exception()
     if exc is not None:
         raise exc
     return query
+
+
+def run_to_end(df: DataFrame, out_dir: Path, checkpoint: Path):
+    """Runs `df` with Trigger.AvailableNow into a parquet sink until all input is processed;
+    returns the finished query (for its progress reports); raises the query's exception."""
+    return start_to_end(df.writeStream.format("parquet").outputMode("append").option("path", str(out_dir)), checkpoint)
 
 
 def run_available(df: DataFrame, out_dir: Path, checkpoint: Path) -> List[Row]:
