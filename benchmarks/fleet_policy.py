@@ -264,12 +264,45 @@ def engine_iot_config():
     return Config(devices=40, fast=4, uploaders=8, duration_s=15 * 60, upload_every_min=(3.0, 5.0))
 
 
+def run_to_sink(spark, df, workdir: Path, tag: str, name: str, batch_s: int,
+                conf: Optional[Dict[str, str]] = None) -> Tuple[object, list, object]:
+    """Runs ``df`` over its whole input (availableNow) into the demo's stamping sink under
+    ``workdir`` (``tag``: its output and checkpoint), with the session configurations ``conf``
+    for the run. Returns the query, its windows as ``measure`` takes them (key, start, end,
+    emitting batch, one value per row) and its output rows (a keyed stage's report rows too)."""
+    from iot_demo import _session_conf, _stamping_sink, _windows
+
+    checkpoint = workdir / "checkpoints" / tag
+    with _session_conf(spark, conf or {}):
+        query = (df.writeStream.foreachBatch(_stamping_sink(workdir / "output" / tag, checkpoint))
+                 .outputMode("append").option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"{name}: {query.exception()}")
+    rows = spark.read.parquet(str(workdir / "output" / tag))
+    windows = rows.where("kw_kind = 'window'") if "kw_kind" in rows.columns else rows
+    # The input's slices are every batch_s of arrival (none empty here), so the batch that
+    # emitted a window is its input's arrival cutoff / batch_s - 1.
+    emitted = [(r.device, r.start_s * SECOND, r.end_s * SECOND, r.emitted_at_s // batch_s - 1, tuple(range(r.n)))
+               for r in _windows(windows, "emitted_at_s").collect()]
+    return query, emitted, rows
+
+
+def late_per_key(rows) -> Counter:
+    """A keyed stage's late rows per key, from its report rows."""
+    from pyspark.sql import functions as F
+
+    return Counter({r.device: int(r.late) for r in rows.where("kw_kind = 'late'").groupBy("device")
+                    .agg(F.sum("kw_late_rows").alias("late")).collect()})
+
+
 def run_engine_iot(workdir: Path) -> Tuple[List[Event], Dict[str, str], int, int, int, Dict[str, tuple]]:
     """Each keyed method's (emitted, late rows per key) from streaming queries over the demo's files."""
     from pyspark.sql import functions as F
 
     import keyed_watermarks as kw
-    from iot_demo import EVENT_SCHEMA, _session, _stamping_sink, _windows, generate, write_batches
+    from iot_demo import EVENT_SCHEMA, _session, generate, write_batches
 
     cfg = engine_iot_config()
     raw, classes = generate(cfg)
@@ -286,19 +319,8 @@ def run_engine_iot(workdir: Path) -> Tuple[List[Event], Dict[str, str], int, int
                       .parquet(str(workdir / "input")))
             df = (kw.keyed_watermark(stream, key="device", event_time="ts", lateness=cfg.lateness, **options)
                   .window(cfg.window).agg_with_report(F.count("*").alias("n")))
-            checkpoint = workdir / "checkpoints" / tag
-            query = (df.writeStream.foreachBatch(_stamping_sink(workdir / "output" / tag, checkpoint))
-                     .outputMode("append").option("checkpointLocation", str(checkpoint))
-                     .trigger(availableNow=True).start())
-            query.awaitTermination()
-            if query.exception() is not None:
-                raise RuntimeError(f"{name}: {query.exception()}")
-            rows = spark.read.parquet(str(workdir / "output" / tag))
-            emitted = [(r.device, r.start_s * SECOND, r.end_s * SECOND, r.emitted_at_s // cfg.batch_s - 1,
-                        tuple(range(r.n)))
-                       for r in _windows(rows.where("kw_kind = 'window'"), "emitted_at_s").collect()]
-            late = Counter({r.device: int(r.late) for r in rows.where("kw_kind = 'late'").groupBy("device")
-                            .agg(F.sum("kw_late_rows").alias("late")).collect()})
+            _, emitted, rows = run_to_sink(spark, df, workdir, tag, name, cfg.batch_s)
+            late = late_per_key(rows)
             out[name] = (emitted, late)
             print(f"engine, {name}: {len(emitted)} windows, {sum(late.values())} late rows", file=sys.stderr)
     finally:
@@ -317,7 +339,7 @@ def run_engine_events(workdir: Path, events: Sequence[Event], batch_s: int, wind
     from pyspark.sql import functions as F
 
     import keyed_watermarks as kw
-    from iot_demo import Config, Event as DemoEvent, _session, _session_conf, _stamping_sink, _windows, write_batches
+    from iot_demo import Config, Event as DemoEvent, _session, write_batches
 
     demo_events = [DemoEvent(k, t // 1000, 0.0, a // 1000) for k, t, a in events]
     write_batches(demo_events, workdir / "input", Config(batch_s=batch_s))
@@ -336,30 +358,14 @@ def run_engine_events(workdir: Path, events: Sequence[Event], batch_s: int, wind
             else:
                 df = (kw.keyed_watermark(stream, key="device", event_time="ts", lateness=lateness, **options)
                       .window(window).agg_with_report(F.count("*").alias("n")))
-            checkpoint = workdir / "checkpoints" / tag
             keep = str(3 * files + 10)
-            with _session_conf(spark, {"spark.sql.streaming.numRecentProgressUpdates": keep,
-                                       "spark.sql.streaming.minBatchesToRetain": keep}):
-                query = (df.writeStream.foreachBatch(_stamping_sink(workdir / "output" / tag, checkpoint))
-                         .outputMode("append").option("checkpointLocation", str(checkpoint))
-                         .trigger(availableNow=True).start())
-                query.awaitTermination()
-            if query.exception() is not None:
-                raise RuntimeError(f"{name}: {query.exception()}")
-            rows = spark.read.parquet(str(workdir / "output" / tag))
-            if options is not None:
-                rows = rows.where("kw_kind = 'window'")
-            # The input's slices are every batch_s of arrival (none empty here), so the batch
-            # that emitted a window is its input's arrival cutoff / batch_s - 1.
-            emitted = [(r.device, r.start_s * SECOND, r.end_s * SECOND, r.emitted_at_s // batch_s - 1,
-                        tuple(range(r.n))) for r in _windows(rows, "emitted_at_s").collect()]
+            query, emitted, rows = run_to_sink(spark, df, workdir, tag, name, batch_s, {
+                "spark.sql.streaming.numRecentProgressUpdates": keep, "spark.sql.streaming.minBatchesToRetain": keep})
             if options is None:
                 dropped = sum(op.numRowsDroppedByWatermark for p in query.recentProgress for op in p.stateOperators)
                 late = Counter({"*": dropped})
             else:
-                all_rows = spark.read.parquet(str(workdir / "output" / tag))
-                late = Counter({r.device: int(r.late) for r in all_rows.where("kw_kind = 'late'")
-                                .groupBy("device").agg(F.sum("kw_late_rows").alias("late")).collect()})
+                late = late_per_key(rows)
             out[name] = (emitted, late)
             print(f"engine, {name}: {len(emitted)} windows, {sum(late.values())} late rows", file=sys.stderr)
     finally:

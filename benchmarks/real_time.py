@@ -255,6 +255,7 @@ def analyse(sent, got, lateness_s: int, window_s: int) -> Dict[str, object]:
 
 def run_variant(variant: str, bootstrap: str, args: argparse.Namespace, work: Path) -> Dict[str, object]:
     from iot_producer import ensure_topic
+    from kafka_real_time import stop_process
 
     stamp = time.strftime("%H%M%S")
     topic_in, topic_out = f"rtm-bench-in-{variant}-{stamp}", f"rtm-bench-out-{variant}-{stamp}"
@@ -285,13 +286,7 @@ def run_variant(variant: str, bootstrap: str, args: argparse.Namespace, work: Pa
             sent = produce(bootstrap, topic_in, args.rate, args.devices, args.seconds)
             got = consume(bootstrap, topic_out, args.quiet)
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_process(proc)
     return {"variant": variant, "rows": len(sent), "ready_s": round(ready_s, 1), **analyse(sent, got, args.lateness, args.window)}
 
 

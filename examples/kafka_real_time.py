@@ -28,7 +28,9 @@ Stops on SIGTERM or SIGINT (``--run-for`` seconds, if given).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import subprocess
 import threading
 from pathlib import Path
 from typing import Optional, Sequence
@@ -105,6 +107,19 @@ def start(spark: SparkSession, bootstrap: str, input_topic: str, output_topic: s
             .outputMode("update")
             .trigger(realTime=batch)
             .start())
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    """Stops a pipeline run in a process of its own (``main``, started with
+    ``start_new_session=True``): SIGTERM to its process group (``main`` stops the query, then
+    Spark), SIGKILL if it has not ended within ``timeout_s``."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

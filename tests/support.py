@@ -83,22 +83,22 @@ class Replay:
         )
 
 
-def run_to_end(df: DataFrame, out_dir: Path, checkpoint: Path):
-    """Runs `df` with Trigger.AvailableNow into a parquet sink until all input is processed;
-    returns the finished query (for its progress reports); raises the query's exception."""
-    query = (
-        df.writeStream.format("parquet")
-        .outputMode("append")
-        .option("path", str(out_dir))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
+def start_to_end(writer, checkpoint: Path):
+    """Starts `writer` (a DataStreamWriter) with Trigger.AvailableNow and `checkpoint`, waits
+    until all input is processed and returns the finished query (for its progress reports);
+    raises the query's exception."""
+    query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
     query.awaitTermination()
     exc = query.exception()
     if exc is not None:
         raise exc
     return query
+
+
+def run_to_end(df: DataFrame, out_dir: Path, checkpoint: Path):
+    """Runs `df` with Trigger.AvailableNow into a parquet sink until all input is processed;
+    returns the finished query (for its progress reports); raises the query's exception."""
+    return start_to_end(df.writeStream.format("parquet").outputMode("append").option("path", str(out_dir)), checkpoint)
 
 
 def run_available(df: DataFrame, out_dir: Path, checkpoint: Path) -> List[Row]:
@@ -240,6 +240,48 @@ def policy_rows(batches) -> List[List[list]]:
             for b in batches]
 
 
+# The arrival clock's policy rows: POLICY_SCHEMA's and each row's arrival time.
+ARRIVAL_SCHEMA = POLICY_SCHEMA + ", arr TIMESTAMP"
+ARRIVAL_BASE_MS = 1_700_000_000_000
+
+
+@st.composite
+def arrival_schedule(draw, batches) -> Tuple[List[List[tuple]], List[List[Optional[int]]]]:
+    """The stream's arrival times: each data batch arrives some time after the one before (gaps
+    around the idle timeout, up to more than twice it), each row within a second of it or with a
+    null arrival time, a row's arrival possibly older than an earlier batch's (a slow uploader);
+    after a batch that moved the clock Spark may run a no-data batch (no rows arrived by the next
+    trigger). Returns the batches (empty: a no-data batch) and each row's arrival (ms or None)."""
+    gap_ms = st.sampled_from([0, 1_000, 3_000, 9_999, 10_000, 12_000, 25_000]).map(int)
+    now = ARRIVAL_BASE_MS
+    out: List[List[tuple]] = []
+    arrivals: List[List[Optional[int]]] = []
+    for rows in batches:
+        now += draw(gap_ms)
+        out.append(rows)
+        arrivals.append([draw(st.one_of(st.none(), st.integers(now - 15_000, now + 999))) for _ in rows])
+        if rows and any(a is not None for a in arrivals[-1]) and draw(st.booleans()):
+            out.append([])
+            arrivals.append([])
+    return out, arrivals
+
+
+def arrival_clocks(arrivals: List[List[Optional[int]]]) -> List[Tuple[int, int]]:
+    """Per batch, Spark's global watermark on the arrival time (the max arrival of the batches
+    before, 0 before the first) and a processing time; plus the trailing no-data batch Spark runs
+    when the last batch moved it."""
+    marks = [max((a for b in arrivals[:n] for a in b if a is not None), default=0)
+             for n in range(len(arrivals) + 1)]
+    count = len(arrivals) + (1 if marks[-1] > marks[-2] else 0)
+    return [(marks[n], 1000 * (n + 1)) for n in range(count)]
+
+
+def arrival_rows(batches, arrivals: List[List[Optional[int]]]) -> List[List[list]]:
+    """Policy rows with their arrival times as rows of ARRIVAL_SCHEMA (arrival in micros)."""
+    return [[r + [None if a is None else a * 1000] for r, a in zip(b, arr)]
+            for b, arr in zip(policy_rows(batches), arrivals)]
+
+
 # At most this many generated examples per end-to-end property (explicit @example cases always
 # run): dev/test sets it on the older Spark lines, which check that their jar behaves like the
 # main line's, while the main line runs each property's full count.
@@ -347,16 +389,26 @@ class Out:
         self.revision = row.get("revision") or 0
 
 
+def run_batches(h, batches: Sequence[Sequence[Sequence[Any]]],
+                clocks: Optional[Sequence[Tuple[int, int]]] = None) -> List[List[Dict[str, Any]]]:
+    """Runs every batch (rows as lists in the harness' schema order) through the harness;
+    returns each batch's output rows as dicts, the operator's "key" rows too. `clocks`: per
+    batch, Spark's global watermark and the processing time (ms); batches beyond `batches` are
+    no-data batches. By default no global watermark and one second per batch."""
+    clocks = list(clocks) if clocks is not None else [(0, 1000 * (n + 1)) for n in range(len(batches))]
+    return json.loads(h.run(json.dumps([[list(r) for r in b] for b in batches]), json.dumps(clocks)))
+
+
+def output_rows(per_batch: List[List[Dict[str, Any]]], window_col: str) -> List[Tuple[int, Out]]:
+    """(batch, output row) pairs of run_batches' result, without the operator's "key" rows:
+    they only feed the per-batch metrics (the planner drops them)."""
+    return [(n, Out(r, window_col)) for n, rows in enumerate(per_batch) for r in rows if r["kw_kind"] != "key"]
+
+
 def run_in_memory(h, batches: Sequence[Sequence[Sequence[Any]]], window_col: str,
                   clocks: Optional[Sequence[Tuple[int, int]]] = None) -> List[Tuple[int, Out]]:
-    """Runs every batch (rows as lists in the harness' schema order) through the harness;
-    returns (batch, output row) pairs. `clocks`: per batch, Spark's global watermark and the
-    processing time (ms); batches beyond `batches` are no-data batches. By default no global
-    watermark and one second per batch."""
-    clocks = list(clocks) if clocks is not None else [(0, 1000 * (n + 1)) for n in range(len(batches))]
-    per_batch = json.loads(h.run(json.dumps([[list(r) for r in b] for b in batches]), json.dumps(clocks)))
-    # The operator's "key" rows only feed the per-batch metrics (the planner drops them).
-    return [(n, Out(r, window_col)) for n, rows in enumerate(per_batch) for r in rows if r["kw_kind"] != "key"]
+    """run_batches, then output_rows: (batch, output row) pairs."""
+    return output_rows(run_batches(h, batches, clocks), window_col)
 
 
 # Helpers of the in-memory operator rules (tests/test_operator_in_memory.py, test_dedup.py,
@@ -387,14 +439,50 @@ def aggs() -> List:
     return [F.count("*").alias("n"), F.sum("temp").alias("s"), F.min("temp").alias("lo"), F.max("temp").alias("hi")]
 
 
-def check_windows(out, model) -> None:
-    """The harness' emitted windows and late rows equal the reference model's."""
+def window_spec(size_s: int, slide_s: Optional[int] = None, allowed_s: int = 0) -> Dict[str, str]:
+    """The `window` option of a case: its size, slide (if any) and allowed lateness (if any)."""
+    spec = {"size": f"{size_s} seconds"}
+    if slide_s:
+        spec["slide"] = f"{slide_s} seconds"
+    if allowed_s:
+        spec["allowed_lateness"] = f"{allowed_s} seconds"
+    return spec
+
+
+def check_emitted_windows(out, model) -> None:
+    """The harness' emitted windows (bounds, aggs(), the key's watermark before the step that
+    emitted them, revision) equal the reference model's, each in its batch."""
     got = Counter((n, r.device, r.start, r.end, r.n, r.s, r.lo, r.hi, r.wm, r.revision)
                   for n, r in out if r.kw_kind == "window")
     want = Counter((w.batch, w.key, w.start, w.end) + agg_of(w.values) + (w.watermark_at_start, w.revision)
                    for w in model.emitted)
     assert got == want
+
+
+def check_windows(out, model) -> None:
+    """The harness' emitted windows and late rows equal the reference model's."""
+    check_emitted_windows(out, model)
     assert late_per_batch_key(out) == Counter(model.late)
     got_wm = {(n, r.device): r.wm for n, r in out if r.kw_kind == "late"}
     assert got_wm == {k: model.late_watermark[k] for k in model.late}
     assert {r.kw_kind for _, r in out} <= {"window", "late"}
+
+
+def session_aggs() -> List:
+    """count and the sorted values of `temp`: what check_emitted_sessions compares."""
+    return [F.count("*").alias("n"), F.sort_array(F.collect_list("temp")).alias("temps")]
+
+
+def session_values(vs) -> tuple:
+    """A session's values as session_aggs() collects them: without nulls (collect_list skips
+    them, as Spark does), in a fixed order."""
+    return tuple(sorted((v for v in vs if v is not None), key=repr))
+
+
+def check_emitted_sessions(out, model) -> None:
+    """The harness' emitted sessions (bounds, values of session_aggs(), revision) equal the
+    session model's, each in its batch."""
+    got = Counter((n, r.device, r.start, r.end, session_values(r.temps), r.revision)
+                  for n, r in out if r.kw_kind == "window")
+    want = Counter((s.batch, s.key, s.start, s.end, session_values(s.values), s.revision) for s in model.emitted)
+    assert got == want

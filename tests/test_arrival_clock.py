@@ -150,26 +150,6 @@ def test_a_query_that_was_down_emits_what_the_live_run_emits(spark, tmp_path):
 
 MODEL_WINDOW_S = 10
 MODEL_IDLE_S = 10
-MODEL_BASE_MS = 1_700_000_000_000
-MODEL_SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, lat STRING, src STRING, arr TIMESTAMP"
-
-
-def _arrivals(draw, batches):
-    """Each data batch arrives some time after the one before (gaps around the idle timeout, up
-    to more than twice it), each row within a second of it, older (a slow uploader) or null;
-    after a batch Spark may run a no-data batch. Returns the batches and each row's arrival (ms)."""
-    from hypothesis import strategies as st
-
-    gap_ms = st.sampled_from([0, 1_000, 3_000, 9_999, 10_000, 12_000, 25_000])
-    now, out, arrivals = MODEL_BASE_MS, [], []
-    for rows in batches:
-        now += draw(gap_ms)
-        out.append(rows)
-        arrivals.append([draw(st.one_of(st.none(), st.integers(now - 15_000, now + 999))) for _ in rows])
-        if rows and any(a is not None for a in arrivals[-1]) and draw(st.booleans()):
-            out.append([])
-            arrivals.append([])
-    return out, arrivals
 
 
 def _model_case(harness, data, opts: dict, policy_of, columns: dict) -> None:
@@ -177,23 +157,22 @@ def _model_case(harness, data, opts: dict, policy_of, columns: dict) -> None:
     from hypothesis import strategies as st
 
     from policy_model import run_policy_model
-    from support import policy_rows, policy_stream, run_in_memory
+    from support import (
+        ARRIVAL_SCHEMA, arrival_clocks, arrival_rows, arrival_schedule, policy_stream, run_in_memory,
+    )
 
-    batches, arrivals = _arrivals(data.draw, data.draw(policy_stream()))
+    batches, arrivals = data.draw(arrival_schedule(data.draw(policy_stream())))
     lateness_s = data.draw(st.sampled_from([0, 5]))
     policy = policy_of(lateness_s * SECOND)
     model = run_policy_model(batches, MODEL_WINDOW_S * SECOND, policy, arrival_ms=arrivals)
-    marks = [max((a for b in arrivals[:n] for a in b if a is not None), default=0) for n in range(len(arrivals) + 1)]
-    clocks = [(marks[n], 1000 * (n + 1)) for n in range(len(arrivals) + (1 if marks[-1] > marks[-2] else 0))]
+    clocks = arrival_clocks(arrivals)
     options = {"key": ["device"], "event_time": "ts", "lateness": f"{lateness_s} seconds", "report": True,
                "window": {"size": f"{MODEL_WINDOW_S} seconds"}, **opts}
     note(f"options={options} policy={policy} clocks={clocks} arrivals={arrivals} model={model}")
     h = harness(options, [F.count("*").alias("n"), F.sum("temp").alias("s")],
-                {"arrival_time": F.col("arr"), **columns}, schema=MODEL_SCHEMA)
+                {"arrival_time": F.col("arr"), **columns}, schema=ARRIVAL_SCHEMA)
     assert h.timeModeName() == "EventTime"  # the arrival clock: event-time timers
-    rows = [[r + [None if a is None else a * 1000] for r, a in zip(b, arr)]
-            for b, arr in zip(policy_rows(batches), arrivals)]
-    out = run_in_memory(h, rows, "window", clocks)
+    out = run_in_memory(h, arrival_rows(batches, arrivals), "window", clocks)
     got = Counter((n, r.device, r.start, r.end, r.n, r.s) for n, r in out if r.kw_kind == "window")
     assert got == Counter((b, k, s, e, len(v), float(sum(v))) for k, s, e, b, v in model.emitted)
     assert Counter({(n, r.device): r.kw_late_rows for n, r in out if r.kw_kind == "late"}) == Counter(model.late)

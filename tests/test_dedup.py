@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from pathlib import Path
@@ -27,8 +26,8 @@ from pyspark.sql import functions as F
 import keyed_watermarks as kw
 from reference_model import run_model
 from support import (
-    IN_MEMORY_CASES, LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, Out, Replay, aggs, check_windows, in_memory,
-    packed_streams, ts,
+    IN_MEMORY_CASES, LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, Replay, aggs, check_windows, in_memory, options,
+    output_rows, packed_streams, run_batches, ts, window_spec,
 )
 
 SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE, packet LONG"
@@ -77,20 +76,13 @@ def duplicates_per_batch(per_batch) -> Counter:
        window=st.sampled_from([(w, None) for w in WINDOW_CHOICES_S] + [(10, 5)]), allowed_s=st.sampled_from([0, 0, 7]))
 def test_dedup_in_memory_against_the_model(harness, batches, lateness_s, window, allowed_s):
     size_s, slide_s = window
-    spec = {"size": f"{size_s} seconds"}
-    if slide_s:
-        spec["slide"] = f"{slide_s} seconds"
-    if allowed_s:
-        spec["allowed_lateness"] = f"{allowed_s} seconds"
     model = run_model(batches, lateness_s * SECOND, size_s * SECOND, slide=slide_s and slide_s * SECOND,
                       allowed=allowed_s * SECOND, max_skew=None, dedup=True)
     note(f"lateness={lateness_s}s window={window} allowed={allowed_s}s model={model}")
-    h = harness({"key": ["device"], "event_time": "ts", "lateness": f"{lateness_s} seconds", "report": True,
-                 "max_skew": "unbounded", "dedup": ["packet"], "window": spec}, aggs(), schema=SCHEMA)
-    clocks = [(0, 1000 * (n + 1)) for n in range(len(batches))]
-    per_batch = json.loads(h.run(json.dumps([[list(r) for r in b] for b in batches]), json.dumps(clocks)))
-    out = [(n, Out(r, "window")) for n, rows in enumerate(per_batch) for r in rows if r["kw_kind"] != "key"]
-    check_windows(out, model)
+    h = harness(options(lateness_s, dedup=["packet"], window=window_spec(size_s, slide_s, allowed_s)), aggs(),
+                schema=SCHEMA)
+    per_batch = run_batches(h, batches)
+    check_windows(output_rows(per_batch, "window"), model)
     want = Counter()
     for (n, _key), copies in model.duplicates.items():
         want[n] += copies

@@ -14,11 +14,11 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from pyspark.sql import functions as F
 
 from reference_model import run_model, run_session_model
 from support import (
     LATENESS_CHOICES_S, SECOND, agg_of, aggs, in_memory, late_per_batch_key, options, packed_streams, run_in_memory,
+    session_aggs, session_values,
 )
 
 # The fast layer: ./dev/test --quick runs the tests marked quick (pytest.ini).
@@ -161,11 +161,6 @@ def test_model_panes_agree_with_final(batches, lateness_s, window, allowed_s):
 
 
 
-def session_values(vs):
-    # collect_list skips nulls, as Spark does.
-    return tuple(sorted((v for v in vs if v is not None), key=repr))
-
-
 def check_sessions_against_final(rows, final, final_open, accumulation, allowed) -> None:
     """Properties of session panes, on the operator's own output (`rows`: (batch, output row))
     against the model's emit='final' result on the same stream (`final`: its sessions emitted,
@@ -232,8 +227,7 @@ def test_session_panes_in_memory(harness, batches, lateness_s, gap_s, allowed_s,
     args = (batches, lateness_s * SECOND, gap_s * SECOND, allowed_s * SECOND)
     model = run_session_model(*args, emit=emit, accumulation=accumulation)
     note(f"lateness={lateness_s}s gap={gap_s}s allowed={allowed_s}s {strategy} model={model}")
-    h = harness(options(lateness_s, session=session),
-                [F.count("*").alias("n"), F.sort_array(F.collect_list("temp")).alias("temps")])
+    h = harness(options(lateness_s, session=session), session_aggs())
     out = run_in_memory(h, batches, "session_window")
     rows = pane_rows(out)
     got = Counter((n, r.device, r.start, r.end, session_values(r.temps), r.kw_pane, r.kw_pane_index,

@@ -14,7 +14,9 @@ from pyspark.sql import functions as F
 
 import keyed_watermarks as kw
 from reference_model import run_model
-from support import LATENESS_CHOICES_S, SECOND, Replay, packed_streams, spark_examples, to_spark_rows
+from support import (
+    LATENESS_CHOICES_S, SECOND, Replay, packed_streams, spark_examples, start_to_end, to_spark_rows,
+)
 
 
 def run_two_sinks(spark, root, batches, lateness_s: int, window_s: int, slide_s=None):
@@ -26,18 +28,10 @@ def run_two_sinks(spark, root, batches, lateness_s: int, window_s: int, slide_s=
         .agg_with_report(F.count("*").alias("n"), F.sum("temp").alias("s"), keep_late_rows=True)
     )
     results_dir, late_dir = root / "results", root / "late"
-    query = (
-        report.writeStream.foreachBatch(kw.foreach_batch(
-            results=lambda df, _: df.write.mode("append").parquet(str(results_dir)),
-            late_rows=lambda df, _: df.write.mode("append").parquet(str(late_dir)),
-        ))
-        .option("checkpointLocation", str(root / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise query.exception()
+    start_to_end(report.writeStream.foreachBatch(kw.foreach_batch(
+        results=lambda df, _: df.write.mode("append").parquet(str(results_dir)),
+        late_rows=lambda df, _: df.write.mode("append").parquet(str(late_dir)),
+    )), root / "checkpoint")
     results = spark.read.parquet(str(results_dir)).select(
         "device", F.unix_micros("window.start").alias("start"), "n", "s").collect()
     late = spark.read.parquet(str(late_dir)).select(

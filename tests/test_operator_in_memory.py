@@ -25,8 +25,8 @@ from pyspark.sql import functions as F
 
 from reference_model import run_model, run_session_model
 from support import (
-    LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, aggs, check_windows, in_memory, late_per_batch_key, options,
-    packed_streams, per_row_gap, run_in_memory,
+    LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, aggs, check_emitted_sessions, check_windows, in_memory,
+    late_per_batch_key, options, packed_streams, per_row_gap, run_in_memory, session_aggs, window_spec,
 )
 
 # The fast layer: ./dev/test --quick runs the tests marked quick (pytest.ini).
@@ -37,12 +37,9 @@ pytestmark = pytest.mark.quick
 @given(batches=packed_streams(), lateness_s=st.sampled_from(LATENESS_CHOICES_S), window_s=st.sampled_from(WINDOW_CHOICES_S),
        allowed_s=st.sampled_from([0, 0, 0, 7]))
 def test_tumbling_windows_in_memory(harness, batches, lateness_s, window_s, allowed_s):
-    window = {"size": f"{window_s} seconds"}
-    if allowed_s:
-        window["allowed_lateness"] = f"{allowed_s} seconds"
     model = run_model(batches, lateness_s * SECOND, window_s * SECOND, allowed=allowed_s * SECOND, max_skew=None)
     note(f"lateness={lateness_s}s window={window_s}s allowed={allowed_s}s model={model}")
-    h = harness(options(lateness_s, window=window), aggs())
+    h = harness(options(lateness_s, window=window_spec(window_s, allowed_s=allowed_s)), aggs())
     check_windows(run_in_memory(h, batches, "window"), model)
 
 
@@ -53,7 +50,7 @@ def test_sliding_windows_in_memory(harness, batches, lateness_s, window_slide):
     window_s, slide_s = window_slide
     model = run_model(batches, lateness_s * SECOND, window_s * SECOND, slide_s * SECOND, max_skew=None)
     note(f"lateness={lateness_s}s window={window_s}s slide={slide_s}s model={model}")
-    h = harness(options(lateness_s, window={"size": f"{window_s} seconds", "slide": f"{slide_s} seconds"}), aggs())
+    h = harness(options(lateness_s, window=window_spec(window_s, slide_s)), aggs())
     check_windows(run_in_memory(h, batches, "window"), model)
 
 
@@ -70,16 +67,7 @@ def test_sessions_in_memory(harness, batches, lateness_s, gap_s, allowed_s):
     columns = None if gap_s is not None else {
         "gap": F.when(F.col("temp") > 20, "10 seconds").when(F.col("temp") >= 0, "3 seconds")
         .when(F.col("temp") < 0, "0 seconds")}
-    h = harness(options(lateness_s, session=session),
-                [F.count("*").alias("n"), F.sort_array(F.collect_list("temp")).alias("temps")], columns)
+    h = harness(options(lateness_s, session=session), session_aggs(), columns)
     out = run_in_memory(h, batches, "session_window")
-
-    def values(vs):
-        return tuple(sorted(vs, key=repr))
-
-    got = Counter((n, r.device, r.start, r.end, values(r.temps), r.revision) for n, r in out if r.kw_kind == "window")
-    # collect_list skips nulls, as Spark does.
-    want = Counter((s.batch, s.key, s.start, s.end, values([v for v in s.values if v is not None]), s.revision)
-                   for s in model.emitted)
-    assert got == want
+    check_emitted_sessions(out, model)
     assert late_per_batch_key(out) == Counter(model.late)

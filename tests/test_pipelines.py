@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, functions as F
 
 import keyed_watermarks as kw
 from policy_model import Policy, run_policy_model
-from support import Replay, spark_examples
+from support import Replay, spark_examples, start_to_end
 
 SCHEMA = "device STRING, ts TIMESTAMP, kwh DOUBLE, seq INT"
 UTC = dt.timezone.utc
@@ -46,15 +46,8 @@ def collect_batches(df: DataFrame, root: Path) -> Tuple[List[Tuple[int, list]], 
     """Runs `df` to the end of its input (AvailableNow); returns (batch id, rows) per micro-batch
     and the progress reports."""
     batches: List[Tuple[int, list]] = []
-    query = (
-        df.writeStream.foreachBatch(lambda b, i: batches.append((i, b.collect())))
-        .option("checkpointLocation", str(root / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise query.exception()
+    query = start_to_end(df.writeStream.foreachBatch(lambda b, i: batches.append((i, b.collect()))),
+                         root / "checkpoint")
     return batches, query.recentProgress
 
 

@@ -30,7 +30,10 @@ from pyspark.sql import functions as F
 
 from policy_model import Policy, PolicyResult, run_policy_model
 from reference_model import spark_watermark_ms, valid_max_ms
-from support import POLICY_SCHEMA, SECOND, in_memory, policy_rows, policy_stream, run_in_memory
+from support import (
+    ARRIVAL_SCHEMA, POLICY_SCHEMA, SECOND, arrival_clocks, arrival_rows, arrival_schedule, in_memory, policy_rows,
+    policy_stream, run_in_memory,
+)
 
 # The fast layer: ./dev/test --quick runs the tests marked quick (pytest.ini).
 pytestmark = pytest.mark.quick
@@ -223,43 +226,6 @@ def test_idle_timeout_in_memory(harness, data, lateness_s, numeric):
              clocks=[(0, t) for t in times])
 
 
-ARRIVAL_SCHEMA = POLICY_SCHEMA + ", arr TIMESTAMP"
-
-
-@st.composite
-def arrival_schedule(draw, batches) -> Tuple[List[List[tuple]], List[List[Optional[int]]]]:
-    """The stream's arrival times: each data batch arrives some time after the one before (gaps
-    around the idle timeout, up to more than twice it), each row within a second of it or with a
-    null arrival time, a row's arrival possibly older than an earlier batch's (a slow uploader);
-    after a batch that moved the clock Spark may run a no-data batch (no rows arrived by the next
-    trigger). Returns the batches (empty: a no-data batch) and each row's arrival (ms or None)."""
-    gap_ms = st.sampled_from([0, 1_000, 3_000, 9_999, 10_000, 12_000, 25_000]).map(int)
-    now = BASE_MS
-    out: List[List[tuple]] = []
-    arrivals: List[List[Optional[int]]] = []
-    for rows in batches:
-        now += draw(gap_ms)
-        out.append(rows)
-        arrivals.append([draw(st.one_of(st.none(), st.integers(now - 15_000, now + 999))) for _ in rows])
-        if rows and any(a is not None for a in arrivals[-1]) and draw(st.booleans()):
-            out.append([])
-            arrivals.append([])
-    return out, arrivals
-
-
-BASE_MS = 1_700_000_000_000
-
-
-def arrival_clocks(arrivals: List[List[Optional[int]]]) -> List[Tuple[int, int]]:
-    """Per batch, Spark's global watermark on the arrival time (the max arrival of the batches
-    before, 0 before the first) and a processing time; plus the trailing no-data batch Spark runs
-    when the last batch moved it."""
-    marks = [max((a for b in arrivals[:n] for a in b if a is not None), default=0)
-             for n in range(len(arrivals) + 1)]
-    count = len(arrivals) + (1 if marks[-1] > marks[-2] else 0)
-    return [(marks[n], 1000 * (n + 1)) for n in range(count)]
-
-
 @in_memory
 @given(data=st.data(), lateness_s=st.sampled_from([0, 5]), numeric=st.booleans())
 def test_idle_timeout_on_arrival_clock_in_memory(harness, data, lateness_s, numeric):
@@ -276,6 +242,5 @@ def test_idle_timeout_on_arrival_clock_in_memory(harness, data, lateness_s, nume
     policy = Policy(lateness_s * SECOND, max_skew=None, idle_timeout=IDLE_S * SECOND)
     model = run_policy_model(batches, WINDOW_S * SECOND, policy, arrival_ms=arrivals)
     note(f"options={opts} clocks={clocks} arrivals={arrivals} model={model}")
-    rows_in = [[r + [None if a is None else a * 1000] for r, a in zip(b, arr)]
-               for b, arr in zip(policy_rows(batches), arrivals)]
+    rows_in = arrival_rows(batches, arrivals)
     check(run_in_memory(h, rows_in, "window", clocks), model, numeric, len(clocks))

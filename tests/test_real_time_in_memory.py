@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 
 from reference_model import run_model, run_model_per_row, run_session_model_per_row
 from support import (
-    LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, agg_of, aggs, in_memory, options, packed_streams, run_in_memory,
+    LATENESS_CHOICES_S, SECOND, WINDOW_CHOICES_S, aggs, check_emitted_sessions, check_emitted_windows, in_memory,
+    options, packed_streams, run_in_memory, session_aggs, window_spec,
 )
 
 pytestmark = pytest.mark.quick
@@ -46,20 +47,12 @@ def real_time(lateness_s: int, **windows) -> Dict[str, Any]:
        allowed_s=st.sampled_from([0, 0, 7]))
 def test_windows_close_row_by_row(harness, batches, lateness_s, window, allowed_s):
     window_s, slide_s = window
-    spec = {"size": f"{window_s} seconds"}
-    if slide_s:
-        spec["slide"] = f"{slide_s} seconds"
-    if allowed_s:
-        spec["allowed_lateness"] = f"{allowed_s} seconds"
     model = run_model_per_row(batches, lateness_s * SECOND, window_s * SECOND,
                               slide_s * SECOND if slide_s else None, allowed=allowed_s * SECOND)
     note(f"lateness={lateness_s}s window={window} allowed={allowed_s}s model={model}")
+    spec = window_spec(window_s, slide_s, allowed_s)
     out = run_in_memory(harness(real_time(lateness_s, window=spec), aggs()), batches, "window")
-    got = Counter((n, r.device, r.start, r.end, r.n, r.s, r.lo, r.hi, r.wm, r.revision)
-                  for n, r in out if r.kw_kind == "window")
-    want = Counter((w.batch, w.key, w.start, w.end) + agg_of(w.values) + (w.watermark_at_start, w.revision)
-                   for w in model.emitted)
-    assert got == want
+    check_emitted_windows(out, model)
     assert late_rows(out) == Counter(model.late)
     assert {r.kw_kind for _, r in out} <= {"window", "late"}
 
@@ -73,17 +66,8 @@ def test_sessions_close_row_by_row(harness, batches, lateness_s, gap_s, allowed_
     session: Dict[str, Any] = {"gap": f"{gap_s} seconds"}
     if allowed_s:
         session["allowed_lateness"] = f"{allowed_s} seconds"
-    h = harness(real_time(lateness_s, session=session),
-                [F.count("*").alias("n"), F.sort_array(F.collect_list("temp")).alias("temps")])
-    out = run_in_memory(h, batches, "session_window")
-
-    def values(vs):
-        return tuple(sorted(vs, key=repr))
-
-    got = Counter((n, r.device, r.start, r.end, values(r.temps), r.revision) for n, r in out if r.kw_kind == "window")
-    want = Counter((s.batch, s.key, s.start, s.end, values([v for v in s.values if v is not None]), s.revision)
-                   for s in model.emitted)
-    assert got == want
+    out = run_in_memory(harness(real_time(lateness_s, session=session), session_aggs()), batches, "session_window")
+    check_emitted_sessions(out, model)
     got_late = Counter()
     for (n, key, _), c in late_rows(out).items():
         got_late[(n, key)] += c

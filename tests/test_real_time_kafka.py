@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ sys.path.insert(0, str(REPO / "dev"))
 sys.path.insert(0, str(REPO / "examples"))
 import kafka_broker  # noqa: E402
 from iot_producer import ensure_topic  # noqa: E402
+from kafka_real_time import stop_process  # noqa: E402
 
 from reference_model import run_model, run_model_per_row  # noqa: E402
 
@@ -133,13 +133,7 @@ def test_keyed_windows_close_row_by_row_in_real_time_mode(broker, tmp_path):
         got = consume(bootstrap, "rtm-out", sum(want.values()), started + BATCH_S - 30)
         assert proc.poll() is None, (tmp_path / "pipeline.log").read_text()[-4000:]
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc)
         log.close()
     windows = Counter((r["device"], r["start_us"], r["end_us"], r["n"], r["sum_temp"], r["max_temp"])
                       for r, _ in got)

@@ -47,32 +47,7 @@ private[keyedwatermarks] case class KeyedPartialAggregateExec(
     child.execute().mapPartitions { rows =>
       val reorder: InternalRow => InternalRow =
         if (childOutput.map(_.exprId) == in.map(_.exprId)) identity else UnsafeProjection.create(in, childOutput)
-      def ordinal(a: Option[Attribute]): Int = a.map(x => in.indexWhere(_.exprId == x.exprId)).getOrElse(-1)
-      val columns = PartialInputs(
-        keyCount = keyAttrs.size,
-        eventTime = ordinal(Some(ts)),
-        lateness = ordinal(policyCols.lateness),
-        sessionEnd = ordinal(policyCols.gap),
-        arrival = ordinal(policyCols.arrival),
-        eventTimes = policyCols.eventTimes,
-        kept = ordinal(kept),
-        keptWidth = kept.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0),
-        stringKey =
-          if (keyAttrs.size == 1 && keyAttrs.head.dataType == StringType && policyCols.source.isEmpty &&
-            policyCols.dedup.isEmpty) {
-            ordinal(keyAttrs.headOption)
-          } else -1,
-        // (keys..., window start[, source][, dedup]): the source (min of inputs) is part of the
-        // grouping, because the operator needs each source's max; the dedup values, because a
-        // partial must hold one row's values (the operator keeps or drops it whole).
-        groupKey =
-          (keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+
-            BoundReference(in.size, LongType, nullable = false)) ++
-            policyCols.source.map(s => BindReferences.bindReference[Expression](s, in)).toSeq ++
-            policyCols.dedup.map(d => BindReferences.bindReference[Expression](d, in)).toSeq,
-        dedupKey = policyCols.dedup.map(d =>
-          (keyAttrs :+ d).map(a => BindReferences.bindReference[Expression](a, in))).getOrElse(Nil),
-        partition = TaskContext.getPartitionId().toLong)
+      val columns = PartialInputs.bind(in, keyAttrs, ts, kept, policyCols, stringKeys = true)
       val invalid = new InvalidRowCounter(in.indexWhere(_.name == ProjectedInput.InvalidReasonCode))
       val out = new PartialOutput(payloadSchema, outAttrs, keyAttrs, agg, policyCols, kept.map(_.dataType))
       val partials = new OnHeapPartials(agg, assigner, columns, invalid, out)
@@ -104,6 +79,47 @@ private[partials] final case class PartialInputs(
 
   /** A projection to the grouping key; its result is reused by the next call. */
   def groupKeyProjection(): GroupKeyProjection = new GroupKeyProjection(groupKey)
+}
+
+private[partials] object PartialInputs {
+
+  /**
+   * The partial aggregation's columns bound to its input columns `in`, once per task (nothing
+   * here runs per row), in the task's partition. `stringKeys`: a single STRING key without
+   * source or dedup is looked up by its value (see [[OnHeapPartials]]); else by the grouping key.
+   */
+  def bind(
+      in: Seq[Attribute],
+      keys: Seq[Attribute],
+      eventTime: Attribute,
+      keptRow: Option[Attribute],
+      policy: PolicyColumns,
+      stringKeys: Boolean): PartialInputs = {
+    def ordinal(a: Option[Attribute]): Int = a.map(x => in.indexWhere(_.exprId == x.exprId)).getOrElse(-1)
+    def bound(a: Attribute): Expression = BindReferences.bindReference[Expression](a, in)
+    PartialInputs(
+      keyCount = keys.size,
+      eventTime = ordinal(Some(eventTime)),
+      lateness = ordinal(policy.lateness),
+      sessionEnd = ordinal(policy.gap),
+      arrival = ordinal(policy.arrival),
+      eventTimes = policy.eventTimes,
+      kept = ordinal(keptRow),
+      keptWidth = keptRow.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0),
+      stringKey =
+        if (stringKeys && keys.size == 1 && keys.head.dataType == StringType && policy.source.isEmpty &&
+          policy.dedup.isEmpty) {
+          ordinal(keys.headOption)
+        } else -1,
+      // (keys..., window start[, source][, dedup]): the source (min of inputs) is part of the
+      // grouping, because the operator needs each source's max; the dedup values, because a
+      // partial must hold one row's values (the operator keeps or drops it whole).
+      groupKey = (keys.map(bound) :+ BoundReference(in.size, LongType, nullable = false)) ++
+        policy.source.map(bound).toSeq ++ policy.dedup.map(bound).toSeq,
+      dedupKey = policy.dedup.map(d => (keys :+ d).map(bound)).getOrElse(Nil),
+      // 0 outside a task (a plan evaluated on the driver).
+      partition = TaskContext.getPartitionId().toLong)
+  }
 }
 
 /** (input row, window start) -> grouping key; a class, not a Function2, so the Long is not boxed per row. */

@@ -1,14 +1,12 @@
 package io.github.keyedwatermarks.partials
 
-import org.apache.spark.TaskContext
-import org.apache.spark.sql.DataFrame
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback
 import org.apache.spark.sql.catalyst.plans.logical.Generate
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
-import org.apache.spark.sql.types.{LongType, StructType}
+import org.apache.spark.sql.types.StructType
 
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
 import io.github.keyedwatermarks.input.ProjectedInput
@@ -25,27 +23,21 @@ import io.github.keyedwatermarks.window.WindowAssigner
  */
 private[keyedwatermarks] object RowPartials {
 
-  /** Same inputs and result as [[PartialAggregation.apply]], one row at a time. */
-  def apply(
-      input: DataFrame,
-      keyCount: Int,
-      windows: WindowAssigner,
-      aggregation: CatalystAggregation,
-      keepRows: Boolean,
-      keepEventTimes: Boolean = false): Partials = {
-    val session = input.sparkSession
-    val child = SparkInternals.analyzedPlan(input)
+  /**
+   * The partials of `micro`, a partial aggregation ([[PartialAggregation.apply]]), one row at a
+   * time: its input, columns, payload and output layout, without the aggregation across rows.
+   */
+  def apply(micro: Partials): Partials = {
     // The logical node of the partial aggregation: its payload and output layout, its columns.
-    val node = SparkInternals.analyzedPlan(
-      PartialAggregation(input, keyCount, windows, aggregation, keepRows, keepEventTimes).frame).collectFirst {
-      case p: KeyedPartialAggregate => p
-    }.get
+    val node = SparkInternals.analyzedPlan(micro.frame).collectFirst { case p: KeyedPartialAggregate => p }.get
+    val child = node.child
+    val (windows, aggregation) = (node.windows, node.aggregation)
     val output = node.output.map(a => AttributeReference(a.name, a.dataType, a.nullable)())
     val generator = RowPartialsGenerator(node.inputs, node.inputs, node.keys, node.eventTime, node.keptRow, node.policy,
       windows, aggregation, node.payload, node.output, DataTypeUtils.fromAttributes(output))
     val generate = Generate(generator, unrequiredChildIndex = child.output.indices, outer = false,
       qualifier = None, generatorOutput = output, child = child)
-    Partials(SparkBridge.ofRows(session, generate), node.payload)
+    Partials(SparkBridge.ofRows(micro.frame.sparkSession, generate), node.payload)
   }
 }
 
@@ -78,26 +70,8 @@ private[keyedwatermarks] case class RowPartialsGenerator(
   // Built on first use in each task (neither generated code nor the hash maps are serializable).
   @transient private lazy val state = {
     val in = inputs
-    def ordinal(a: Option[Attribute]): Int = a.map(x => in.indexWhere(_.exprId == x.exprId)).getOrElse(-1)
     val keyAttrs = keys
-    val columns = PartialInputs(
-      keyCount = keyAttrs.size,
-      eventTime = ordinal(Some(eventTime)),
-      lateness = ordinal(policy.lateness),
-      sessionEnd = ordinal(policy.gap),
-      arrival = ordinal(policy.arrival),
-      eventTimes = policy.eventTimes,
-      kept = ordinal(keptRow),
-      keptWidth = keptRow.map(_.dataType.asInstanceOf[StructType].length).getOrElse(0),
-      stringKey = -1,
-      groupKey =
-        (keyAttrs.map(k => BindReferences.bindReference[Expression](k, in)) :+
-          BoundReference(in.size, LongType, nullable = false)) ++
-          policy.source.map(s => BindReferences.bindReference[Expression](s, in)).toSeq ++
-          policy.dedup.map(d => BindReferences.bindReference[Expression](d, in)).toSeq,
-      dedupKey =
-        policy.dedup.map(d => (keyAttrs :+ d).map(a => BindReferences.bindReference[Expression](a, in))).getOrElse(Nil),
-      partition = Option(TaskContext.get()).map(_.partitionId().toLong).getOrElse(0L))
+    val columns = PartialInputs.bind(in, keyAttrs, eventTime, keptRow, policy, stringKeys = false)
     val invalid = new InvalidRowCounter(in.indexWhere(_.name == ProjectedInput.InvalidReasonCode))
     val out = new PartialOutput(payload, outAttrs, keyAttrs, aggregation, policy, keptRow.map(_.dataType))
     (UnsafeProjection.create(children), new OnHeapPartials(aggregation, windows, columns, invalid, out), invalid, out,

@@ -78,11 +78,12 @@ private[keyedwatermarks] object KeyedPlanner {
       if (spec.aggregation.keepLateRows) Some(input.events.schema) else None,
       withRevision = spec.windows.allowedLateness.isDefined && !spec.emission.withPaneColumns, panes)
     // real_time: each row its own partials, no aggregation across rows (docs/semantics.md, "Real-time mode").
-    val partials = (if (spec.watermark.realTime) RowPartials.apply _ else PartialAggregation.apply _) (
+    val micro = PartialAggregation(
       ArrivalWatermark.track(projected.frame, policy), input.keys.size, windows,
       aggregation,
       spec.aggregation.keepLateRows,
       policy.proposal.lateness.exists(_.isInstanceOf[AdaptiveLateness]))
+    val partials = if (spec.watermark.realTime) RowPartials(micro) else micro
     val operatorPlan = OperatorPlan(
       keySchema = projected.keySchema,
       payloadSchema = partials.payloadSchema,
