@@ -215,7 +215,7 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
         elif policy.idle_timeout is not None and arrival_ms is not None:
             # The arrival clock decides at the start of the batch, before its rows.
             _idle_keys(n, arrival_clock, policy.idle_timeout // 1000, size, known, held, last_arrival,
-                       quiet_since, open_windows, res, forget=forget_also)
+                       quiet_since, open_windows, res, forget=forget_also, asked=keys_in_batch)
         known |= keys_in_batch  # a key has state (its watermark record) from its first row on
         for key in known:
             raise_to(key, floor_of(key, e))
@@ -346,13 +346,17 @@ def run_policy_model(batches: Sequence[Sequence[PolicyRow]], size: int, policy: 
     return res
 
 
-def _idle_keys(n, now, timeout, size, known, held, last_arrival, quiet_since, open_windows, res, forget) -> None:
-    """The idle_timeout timers of batch ``n`` at processing time ``now`` (ms), after its rows."""
+def _idle_keys(n, now, timeout, size, known, held, last_arrival, quiet_since, open_windows, res, forget,
+               asked=frozenset()) -> None:
+    """The idle_timeout timers of batch ``n`` at processing time ``now`` (ms), after its rows; on the
+    arrival clock at the start of the batch, where the keys with rows in it (``asked``) are asked
+    whether or not their timer is due (so one quiet for less than T but without rows for 2T is
+    forgotten before its rows, as at its timer)."""
     for key in sorted(known, key=repr):
         if key not in last_arrival:
             continue
         due = quiet_since[key] + timeout if key in quiet_since else last_arrival[key] + timeout
-        if due > now:
+        if due > now and (key not in asked or now - last_arrival[key] < timeout):
             continue
         windows = sorted(start for k, start in open_windows if k == key)
         for start in windows:
