@@ -46,10 +46,14 @@ def to_spark_rows(batches: Sequence[Sequence[tuple]]) -> List[List[tuple]]:
 
 
 class Replay:
-    """Writes micro-batches as parquet files for the file source, one file per batch."""
+    """Writes micro-batches as parquet files for the file source, one file per batch; with
+    `empty_batches` an empty batch is an empty file (a micro-batch without rows, so that two
+    sources' batches line up), else it is skipped."""
 
-    def __init__(self, spark: SparkSession, root: Path, schema: str = EVENT_SCHEMA) -> None:
+    def __init__(self, spark: SparkSession, root: Path, schema: str = EVENT_SCHEMA,
+                 empty_batches: bool = False) -> None:
         self.spark = spark
+        self.empty_batches = empty_batches
         self.root = Path(root)
         self.schema = schema
         self.input_dir = self.root / "input"
@@ -57,8 +61,8 @@ class Replay:
         self.batches = 0
 
     def add(self, rows: Sequence[tuple]) -> None:
-        """Adds one micro-batch (possibly empty rows are skipped: no file, no batch)."""
-        if not rows:
+        """Adds one micro-batch (empty rows: skipped, no file and no batch, unless `empty_batches`)."""
+        if not rows and not self.empty_batches:
             return
         i = self.batches
         tmp = self.root / f"tmp-{i}"

@@ -7,10 +7,8 @@ joined. Bad input is refused before any query starts, naming the column or optio
 from __future__ import annotations
 
 import datetime
-import os
-import shutil
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 from pyspark.errors import IllegalArgumentException
@@ -20,6 +18,7 @@ import keyed_watermarks as kw
 
 from join_model import Row, run_join_model
 from reference_model import run_model
+from support import Replay
 
 S = 1_000_000
 READINGS = "device STRING, ts TIMESTAMP, temp INT"
@@ -32,27 +31,10 @@ def at(micros: Optional[int]) -> Optional[datetime.datetime]:
     return None if micros is None else EPOCH + datetime.timedelta(microseconds=micros - T0)
 
 
-class Side:
-    """One side's micro-batches as parquet files for the file source (one file per batch, an
-    empty file for a batch without rows, so both sides' batches line up)."""
-
-    def __init__(self, spark: SparkSession, root: Path, schema: str) -> None:
-        self.spark, self.schema, self.dir, self.n = spark, schema, root / "input", 0
-        self.root = root
-        self.dir.mkdir(parents=True)
-
-    def add(self, rows: Sequence[tuple]) -> None:
-        tmp = self.root / f"tmp-{self.n}"
-        self.spark.createDataFrame(list(rows), self.schema).coalesce(1).write.parquet(str(tmp))
-        (part,) = [p for p in tmp.iterdir() if p.name.endswith(".parquet")]
-        target = self.dir / f"batch-{self.n:05d}.parquet"
-        shutil.move(str(part), target)
-        shutil.rmtree(tmp)
-        os.utime(target, (1_000_000 + self.n, 1_000_000 + self.n))
-        self.n += 1
-
-    def stream(self) -> DataFrame:
-        return self.spark.readStream.schema(self.schema).option("maxFilesPerTrigger", 1).parquet(str(self.dir))
+def side(spark: SparkSession, root: Path, schema: str) -> Replay:
+    """One side's micro-batches as parquet files for the file source: one file per batch, an
+    empty file for a batch without rows, so both sides' batches line up."""
+    return Replay(spark, root, schema, empty_batches=True)
 
 
 # The delayed device: "up" uploads its readings minutes after the others' (its clock trails by
@@ -77,7 +59,7 @@ DELAY = 5 * S
 def test_as_of_join_streaming_matches_model_and_spark(spark: SparkSession, workdir: Path) -> None:
     """Run in two parts, restarted from the checkpoint in between: held readings, versions and
     readings watermarks are kept across the restart."""
-    readings, versions = Side(spark, workdir / "r", READINGS), Side(spark, workdir / "v", VERSIONS)
+    readings, versions = side(spark, workdir / "r", READINGS), side(spark, workdir / "v", VERSIONS)
     got: Dict[int, Tuple[int, object, str]] = {}
 
     def collect(df: DataFrame, batch_id: int) -> None:
@@ -131,7 +113,7 @@ def test_as_of_join_streaming_matches_model_and_spark(spark: SparkSession, workd
 def test_as_of_join_then_keyed_window(spark: SparkSession, workdir: Path) -> None:
     """A keyed window stage after the join in one query: its windows are the window model's
     (tests/reference_model.py) over the join model's joined rows, batch by batch."""
-    readings, versions = Side(spark, workdir / "r", READINGS), Side(spark, workdir / "v", VERSIONS)
+    readings, versions = side(spark, workdir / "r", READINGS), side(spark, workdir / "v", VERSIONS)
     for rs, vs in BATCHES:
         readings.add([(k, at(t), p) for k, t, p in rs])
         versions.add([(k, at(t), p) for k, t, p in vs])
@@ -159,7 +141,7 @@ def test_as_of_join_then_keyed_window(spark: SparkSession, workdir: Path) -> Non
 
 
 def _streams(spark: SparkSession, workdir: Path) -> Tuple[DataFrame, DataFrame]:
-    readings, versions = Side(spark, workdir / "r", READINGS), Side(spark, workdir / "v", VERSIONS)
+    readings, versions = side(spark, workdir / "r", READINGS), side(spark, workdir / "v", VERSIONS)
     readings.add([])
     versions.add([])
     return readings.stream(), versions.stream()
