@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession, functions as F
 import keyed_watermarks as kw
 
 SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE"
-BATCHES, HALF = 8, 4
+BATCHES, HALF = 6, 3  # each micro-batch runs twice per query (local[2], local-cluster): kept few
 EPOCH = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
 
 

@@ -43,12 +43,13 @@ final class ManualClockQuery(df: DataFrame, val checkpoint: String, startMillis:
   private var rowsBeforeStep = 0
 
   /**
-   * Advances the clock by one trigger interval and waits until the trigger it starts (one
-   * micro-batch, with or without data) is done.
+   * Advances the clock by `millis` (default: one trigger interval) and waits until the trigger
+   * it starts is done: one micro-batch, with or without data, whatever the jump (the trigger
+   * computes its next time from the clock after the batch).
    */
-  def step(): Unit = {
+  def step(millis: Long = 1000L): Unit = {
     rowsBeforeStep = sink.allData.size
-    clock.advance(1000L)
+    clock.advance(millis)
     awaitWaiting()
   }
 
