@@ -10,17 +10,33 @@ private[keyedwatermarks] object AsOfRule {
   /** A version: its time and its row (any payload). */
   final case class Version[V](time: Long, row: V)
 
+  /**
+   * How many of the time-sorted `versions` are at or before `t`: a binary search, since a
+   * key's vector grows with its versions inside the horizon and every reading looks one up.
+   */
+  def countAtOrBefore[V](versions: Vector[Version[V]], t: Long): Int = {
+    var lo = 0
+    var hi = versions.length
+    while (lo < hi) {
+      val mid = (lo + hi) >>> 1
+      if (versions(mid).time <= t) lo = mid + 1 else hi = mid
+    }
+    lo
+  }
+
   /** `versions` with `v` put in time order; a version at the same time is replaced (a correction). */
   def put[V](versions: Vector[Version[V]], v: Version[V]): Vector[Version[V]] = {
-    val i = versions.indexWhere(_.time >= v.time)
-    if (i < 0) versions :+ v
+    val i = if (v.time == Long.MinValue) 0 else countAtOrBefore(versions, v.time - 1) // the first at or after
+    if (i == versions.length) versions :+ v
     else if (versions(i).time == v.time) versions.updated(i, v)
     else versions.patch(i, Seq(v), 0)
   }
 
   /** The version valid at `t`: the newest at or before it. */
-  def validAt[V](versions: Vector[Version[V]], t: Long): Option[Version[V]] =
-    versions.reverseIterator.find(_.time <= t)
+  def validAt[V](versions: Vector[Version[V]], t: Long): Option[Version[V]] = {
+    val n = countAtOrBefore(versions, t)
+    if (n == 0) None else Some(versions(n - 1))
+  }
 
   /** Whether the versions watermark (ms, Spark's; <= 0: none yet) releases a reading at `t`. */
   def released(t: Long, versionsWatermarkMs: Long): Boolean =
@@ -43,7 +59,7 @@ private[keyedwatermarks] object AsOfRule {
     case None => versions
     case Some(m) =>
       val horizon = (heldTimes.iterator ++ Iterator.single(m - latenessMicros)).min
-      val atOrBefore = versions.lastIndexWhere(_.time <= horizon)
+      val atOrBefore = countAtOrBefore(versions, horizon) - 1 // the newest at or before it
       if (atOrBefore <= 0) versions else versions.drop(atOrBefore)
   }
 }
