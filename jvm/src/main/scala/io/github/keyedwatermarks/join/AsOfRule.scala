@@ -11,22 +11,24 @@ private[keyedwatermarks] object AsOfRule {
   final case class Version[V](time: Long, row: V)
 
   /**
-   * How many of the time-sorted `versions` are at or before `t`: a binary search, since a
-   * key's vector grows with its versions inside the horizon and every reading looks one up.
+   * The index of the first of the time-sorted `versions` whose time satisfies `after`, a
+   * predicate false up to some time and true from it on (else `versions.length`): a binary
+   * search, since a key's vector grows with its versions inside the horizon and every reading
+   * looks one up.
    */
-  def countAtOrBefore[V](versions: Vector[Version[V]], t: Long): Int = {
+  private def firstWhere[V](versions: Vector[Version[V]])(after: Long => Boolean): Int = {
     var lo = 0
     var hi = versions.length
     while (lo < hi) {
       val mid = (lo + hi) >>> 1
-      if (versions(mid).time <= t) lo = mid + 1 else hi = mid
+      if (after(versions(mid).time)) hi = mid else lo = mid + 1
     }
     lo
   }
 
   /** `versions` with `v` put in time order; a version at the same time is replaced (a correction). */
   def put[V](versions: Vector[Version[V]], v: Version[V]): Vector[Version[V]] = {
-    val i = if (v.time == Long.MinValue) 0 else countAtOrBefore(versions, v.time - 1) // the first at or after
+    val i = firstWhere(versions)(_ >= v.time)
     if (i == versions.length) versions :+ v
     else if (versions(i).time == v.time) versions.updated(i, v)
     else versions.patch(i, Seq(v), 0)
@@ -34,7 +36,7 @@ private[keyedwatermarks] object AsOfRule {
 
   /** The version valid at `t`: the newest at or before it. */
   def validAt[V](versions: Vector[Version[V]], t: Long): Option[Version[V]] = {
-    val n = countAtOrBefore(versions, t)
+    val n = firstWhere(versions)(_ > t)
     if (n == 0) None else Some(versions(n - 1))
   }
 
@@ -59,7 +61,7 @@ private[keyedwatermarks] object AsOfRule {
     case None => versions
     case Some(m) =>
       val horizon = (heldTimes.iterator ++ Iterator.single(m - latenessMicros)).min
-      val atOrBefore = countAtOrBefore(versions, horizon) - 1 // the newest at or before it
+      val atOrBefore = firstWhere(versions)(_ > horizon) - 1 // the newest at or before it
       if (atOrBefore <= 0) versions else versions.drop(atOrBefore)
   }
 }
