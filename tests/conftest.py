@@ -17,24 +17,6 @@ from support import operator_harness_factory
 
 _counter = itertools.count()
 
-# The longest modules first. dev/test runs the main line's suite on two pytest-xdist workers with
-# --dist loadfile --no-loadscope-reorder, which hands out modules in collection order (two each,
-# then one per finished module); by default xdist hands out the modules with the most tests
-# first, and the run of 0115619 ended on test_spark_upgrades (one test, about 300 s) with the
-# other worker idle. Order: the modules' own times on Spark 4.3 in the fresh-clone run of
-# b585662 (2026-11-27), longest first; the rest keep their order after them.
-LONGEST_MODULES = (
-    "test_connect_parity", "test_watermark_policies", "test_kill_recovery", "test_cluster",
-    "test_spark_upgrades", "test_wheel", "test_spark_oracle", "test_connect_server",
-    "test_policies_in_memory", "test_bad_input", "test_reference_model", "test_outages",
-)
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
-    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).stem, len(rank)))  # stable
-
-
 def changelog_checkpointing() -> str:
     """RocksDB changelog checkpointing for the session (env KW_CHANGELOG, ``on`` by default):
     ./dev/test runs the main line's suite with it on and the other lines' with it off, so both
