@@ -6,7 +6,9 @@ through its metadata log) and RocksDB changelog checkpointing, and with an idemp
 
 The query runs in its own process (tests/kill_queries.py), one micro-batch after another; the
 test kills it as soon as a given number of micro-batches has committed (the next one is then
-usually in flight), twice, and finally lets it process the rest.
+usually in flight), once per variant at a different point (each kill costs a Spark start-up,
+about a minute on the 2-core CI machine; the Kafka -> Delta tests kill one pipeline several
+times), and then lets it process the rest.
 """
 
 from __future__ import annotations
@@ -40,27 +42,24 @@ def start(sink: str, changelog: str, workdir: Path, trigger: str) -> subprocess.
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("sink, changelog", [("parquet", "on"), ("foreach", "off")])
-def test_kill_9_loses_and_duplicates_no_window(spark, workdir, sink, changelog):
+@pytest.mark.parametrize("sink, changelog, kill_after", [("parquet", "on", 2), ("foreach", "off", 4)])
+def test_kill_9_loses_and_duplicates_no_window(spark, workdir, sink, changelog, kill_after):
     batches = four_device_batches(seed=17)
     Replay(spark, workdir).add_all([[(k, ts(t), v) for k, t, v in b] for b in batches])
     model = run_model(batches, 2 * SECOND, 10 * SECOND)
 
-    kills = 0
-    for kill_after in (2, 5):
-        proc = start(sink, changelog, workdir, "continuous")
-        deadline = time.monotonic() + 600
-        while committed(workdir / "checkpoint") < kill_after and proc.poll() is None:
-            assert time.monotonic() < deadline, "no progress"
-            time.sleep(0.05)
-        assert proc.poll() is None, proc.stderr.read()[-3000:]
-        proc.kill()  # SIGKILL: no shutdown hook, no state store close, no commit
-        proc.wait()
-        kills += 1
+    proc = start(sink, changelog, workdir, "continuous")
+    deadline = time.monotonic() + 600
+    while committed(workdir / "checkpoint") < kill_after and proc.poll() is None:
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read()[-3000:]
+    proc.kill()  # SIGKILL: no shutdown hook, no state store close, no commit
+    proc.wait()
+    assert committed(workdir / "checkpoint") < len(batches), "killed before the end"
     proc = start(sink, changelog, workdir, "available")
     _, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
-    assert kills == 2
 
     out = spark.read.parquet(str(workdir / "out"))
     got = Counter((r.device, r.start, r.n, r.s) for r in out.select(

@@ -175,7 +175,6 @@ def test_operator_matches_reference_model(spark, tmp_path_factory, batches, late
     check_against_model(batches, model, rows, progress)
 
 
-@pytest.mark.all_versions
 @spark_examples(5)
 @given(
     batches=packed_streams(),

@@ -437,7 +437,7 @@ def compare_with_spark(spark, workdir, batches, keys: List[str], slide: Optional
 
 @pytest.mark.parametrize(
     "seed,jitter_us",
-    [(11, 0), pytest.param(12, 4 * SECOND, marks=pytest.mark.all_versions)],
+    [(11, 0), (12, 4 * SECOND)],
     ids=["in-order", "out-of-order-within-lateness"],
 )
 def test_single_key_matches_spark_streaming(spark, workdir, seed, jitter_us):
@@ -462,7 +462,7 @@ def test_many_sliding_windows_per_row_match_spark_streaming(spark, workdir):
     assert len(out) >= 40
 
 
-@pytest.mark.parametrize("slide", [None, "5 seconds", pytest.param("1 second", marks=pytest.mark.all_versions)])
+@pytest.mark.parametrize("slide", [None, "5 seconds", "1 second"])
 def test_fixed_width_partials_match_spark_streaming(spark, workdir, slide):
     # Numeric aggregates only: the partials are Spark's HashAggregateExec's,
     # with a composite key and out-of-order rows (jitter) for tumbling windows.

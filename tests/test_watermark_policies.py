@@ -189,7 +189,6 @@ def test_global_closing_matches_model(spark, tmp_path_factory, batches):
     check(rows, progress, model, batches)
 
 
-@pytest.mark.all_versions
 def test_global_closing_equals_spark_with_watermark(spark, tmp_path):
     """closing='global' emits what Spark's own withWatermark aggregation emits, on a multi-key
     stream whose late rows are late by both engines' rules (Spark checks late rows against
