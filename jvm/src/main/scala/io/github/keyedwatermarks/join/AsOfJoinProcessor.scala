@@ -28,10 +28,11 @@ private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operat
       rows.foreach(r => if (r.getInt(plan.sideOrdinal) == AsOfJoinPlan.ReadingSide) out += invalid(r))
       return out.iterator
     }
-    var max = state.maxReading()
-    var versions = state.keyVersions()
-    val held = mutable.ArrayBuffer.from(state.heldReadings())
-    val before = max
+    val maxBefore = state.maxReading()
+    var max = maxBefore
+    val versionsBefore = state.keyVersions()
+    var versions = versionsBefore
+    val newlyHeld = mutable.ArrayBuffer.empty[(Long, Row)]
     rows.foreach { r =>
       if (r.getInt(plan.sideOrdinal) == AsOfJoinPlan.VersionSide) {
         if (!r.isNullAt(plan.timeOrdinal))
@@ -41,34 +42,51 @@ private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operat
       else {
         val t = r.getLong(plan.timeOrdinal)
         val reading = r.getStruct(plan.readingOrdinal)
-        if (AsOfRule.late(t, before, plan.latenessMicros)) out += joined(reading, None, AsOfJoinPlan.Late)
-        else held += ((t, reading))
+        if (AsOfRule.late(t, maxBefore, plan.latenessMicros)) out += joined(reading, None, AsOfJoinPlan.Late)
+        else newlyHeld += ((t, reading))
         max = Some(max.fold(t)(math.max(_, t)))
       }
     }
-    step(max, held.toVector, versions, timerValues, out)
+    if (max != maxBefore) state.storeMaxReading(max)
+    step(state.heldReadings(), newlyHeld.toVector, versionsBefore, versions, max, timerValues, out)
   }
 
   override def handleExpiredTimer(
-      key: Row, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo): Iterator[Row] =
-    step(state.maxReading(), state.heldReadings(), state.keyVersions(), timerValues, mutable.ArrayBuffer.empty)
+      key: Row, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo): Iterator[Row] = {
+    val versions = state.keyVersions()
+    step(state.heldReadings(), Vector.empty, versions, versions, state.maxReading(), timerValues,
+      mutable.ArrayBuffer.empty)
+  }
 
-  /** Releases what the versions watermark passed, prunes, stores, and sets the held readings' timers. */
-  private def step(max: Option[Long], held: Vector[(Long, Row)], versions0: Vector[AsOfRule.Version[Row]],
-      timerValues: TimerValues, out: mutable.ArrayBuffer[Row]): Iterator[Row] = {
+  /**
+   * Releases the held readings (those held before this call, then the call's new ones) that the
+   * versions watermark passed, prunes the versions, stores what changed, and sets the timers of
+   * the call's new readings it keeps. Only changes are written: a call whose versions neither
+   * grew nor were pruned leaves them as stored, and readings newly held beside no release are
+   * appended. Each held reading's timer is registered once, when it is first held (a reading
+   * held before this call has its timer already, not fired: a timer fires only once the
+   * watermark passed its reading, which then is released), so the key's timers are not listed.
+   */
+  private def step(heldBefore: Vector[(Long, Row)], newlyHeld: Vector[(Long, Row)],
+      versionsBefore: Vector[AsOfRule.Version[Row]], versionsIn: Vector[AsOfRule.Version[Row]],
+      max: Option[Long], timerValues: TimerValues, out: mutable.ArrayBuffer[Row]): Iterator[Row] = {
     val watermarkMs = timerValues.getCurrentWatermarkInMs()
-    val (release, keep) = held.partition { case (t, _) => AsOfRule.released(t, watermarkMs) }
-    release.foreach { case (t, reading) =>
-      val v = AsOfRule.validAt(versions0, t)
+    def isReleased(h: (Long, Row)): Boolean = AsOfRule.released(h._1, watermarkMs)
+    val (releaseBefore, keepBefore) = heldBefore.partition(isReleased)
+    val (releaseNew, keepNew) = newlyHeld.partition(isReleased)
+    (releaseBefore ++ releaseNew).foreach { case (t, reading) =>
+      val v = AsOfRule.validAt(versionsIn, t)
       out += joined(reading, v.map(_.row), if (v.isDefined) AsOfJoinPlan.Joined else AsOfJoinPlan.NoVersion)
     }
-    val versions = AsOfRule.prune(versions0, max, plan.latenessMicros, keep.map(_._1))
-    state.store(max, keep, versions)
-    if (keep.nonEmpty) {
-      val set = getHandle.listTimers().toSet
-      keep.iterator.map { case (t, _) => AsOfRule.timerMs(t) }.toSet.filterNot(set.contains)
-        .foreach(ms => getHandle.registerTimer(ms))
-    }
+    val keep = keepBefore ++ keepNew
+    val versions = AsOfRule.prune(versionsIn, max, plan.latenessMicros, keep.map(_._1))
+    if (releaseBefore.nonEmpty) state.storeHeld(keep)
+    else if (keepNew.nonEmpty) state.appendHeld(keepNew)
+    // put and prune return the vector they got when they change nothing.
+    if (!(versions eq versionsBefore)) state.storeVersions(versions)
+    val registered = keepBefore.iterator.map { case (t, _) => AsOfRule.timerMs(t) }.toSet
+    keepNew.iterator.map { case (t, _) => AsOfRule.timerMs(t) }.toSet.diff(registered)
+      .foreach(ms => getHandle.registerTimer(ms))
     out.iterator
   }
 

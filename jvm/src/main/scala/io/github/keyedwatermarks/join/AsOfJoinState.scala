@@ -31,12 +31,18 @@ private[keyedwatermarks] final class AsOfJoinState(handle: StatefulProcessorHand
   def keyVersions(): Vector[AsOfRule.Version[Row]] =
     versions.get().map(r => AsOfRule.Version(r.getLong(0), r.getStruct(1))).toVector.sortBy(_.time)
 
-  def store(max: Option[Long], heldNow: Vector[(Long, Row)], versionsNow: Vector[AsOfRule.Version[Row]]): Unit = {
-    max.fold(keyRow.clear())(m => keyRow.update(Row(m)))
+  def storeMaxReading(max: Option[Long]): Unit = max.fold(keyRow.clear())(m => keyRow.update(Row(m)))
+
+  /** The held readings now: all of them (after a release). */
+  def storeHeld(heldNow: Vector[(Long, Row)]): Unit =
     if (heldNow.isEmpty) held.clear() else held.put(heldNow.map { case (t, r) => Row(t, r) }.toArray)
-    if (versionsNow.isEmpty) versions.clear()
-    else versions.put(versionsNow.map(v => Row(v.time, v.row)).toArray)
-  }
+
+  /** Readings newly held, after those held already (none released). */
+  def appendHeld(more: Vector[(Long, Row)]): Unit =
+    if (more.nonEmpty) held.appendList(more.map { case (t, r) => Row(t, r) }.toArray)
+
+  def storeVersions(versionsNow: Vector[AsOfRule.Version[Row]]): Unit =
+    if (versionsNow.isEmpty) versions.clear() else versions.put(versionsNow.map(v => Row(v.time, v.row)).toArray)
 }
 
 private[keyedwatermarks] object AsOfJoinState {
