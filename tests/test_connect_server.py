@@ -158,13 +158,23 @@ def test_pyspark_client_against_separate_server(spark, server, client_python, tm
     result = tmp_path / "result.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(TESTS)])
-    proc = subprocess.run(
-        [str(client_python), str(job), server, str(tmp_path / "work"), str(result)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    # The server starts the foreachBatch function's Python worker and waits a fixed 10 s for it
+    # to connect back (Spark's PythonWorkerFactory; no setting changes it). On the loaded 2-core
+    # CI machine the worker's start once took longer (2026-11-27: "Python worker failed to
+    # connect back" from the query's start()). That is the server's process start-up, not what
+    # this test checks, so only that failure runs the job once more, in a fresh work directory;
+    # any other failure fails at once.
+    for attempt in (1, 2):
+        proc = subprocess.run(
+            [str(client_python), str(job), server, str(tmp_path / f"work-{attempt}"), str(result)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        if proc.returncode == 0 or "Python worker failed to connect back" not in proc.stderr:
+            break
+        print(f"attempt {attempt}: the server's Python worker did not connect back within Spark's 10 s")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     theirs = json.loads(result.read_text())
     assert theirs["foreach_batch"] == scenarios.run_foreach_batch(spark, tmp_path / "classic" / "foreach_batch")
