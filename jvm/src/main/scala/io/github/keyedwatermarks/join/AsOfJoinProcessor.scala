@@ -47,7 +47,7 @@ private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operat
         max = Some(max.fold(t)(math.max(_, t)))
       }
     }
-    if (max != maxBefore) state.storeMaxReading(max)
+    if (max != maxBefore) max.foreach(state.storeMaxReading) // it only grows: never back to none
     step(state.heldReadings(), newlyHeld.toVector, versionsBefore, versions, max, timerValues, out)
   }
 
@@ -84,9 +84,11 @@ private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operat
     else if (keepNew.nonEmpty) state.appendHeld(keepNew)
     // put and prune return the vector they got when they change nothing.
     if (!(versions eq versionsBefore)) state.storeVersions(versions)
-    val registered = keepBefore.iterator.map { case (t, _) => AsOfRule.timerMs(t) }.toSet
-    keepNew.iterator.map { case (t, _) => AsOfRule.timerMs(t) }.toSet.diff(registered)
-      .foreach(ms => getHandle.registerTimer(ms))
+    if (keepNew.nonEmpty) {
+      val registered = keepBefore.iterator.map { case (t, _) => AsOfRule.timerMs(t) }.toSet
+      keepNew.iterator.map { case (t, _) => AsOfRule.timerMs(t) }.toSet.diff(registered)
+        .foreach(ms => getHandle.registerTimer(ms))
+    }
     out.iterator
   }
 

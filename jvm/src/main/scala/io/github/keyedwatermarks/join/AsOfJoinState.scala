@@ -31,7 +31,7 @@ private[keyedwatermarks] final class AsOfJoinState(handle: StatefulProcessorHand
   def keyVersions(): Vector[AsOfRule.Version[Row]] =
     versions.get().map(r => AsOfRule.Version(r.getLong(0), r.getStruct(1))).toVector.sortBy(_.time)
 
-  def storeMaxReading(max: Option[Long]): Unit = max.fold(keyRow.clear())(m => keyRow.update(Row(m)))
+  def storeMaxReading(max: Long): Unit = keyRow.update(Row(max))
 
   /** The held readings now: all of them (after a release). */
   def storeHeld(heldNow: Vector[(Long, Row)]): Unit =
