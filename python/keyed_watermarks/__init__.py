@@ -13,7 +13,7 @@ from keyed_watermarks._versions import __version__ as __version__, require_suppo
 require_supported_pyspark()
 
 from keyed_watermarks._jvm import configure, jar_path  # noqa: E402
-from keyed_watermarks.join import as_of_join  # noqa: E402
+from keyed_watermarks.join import as_of_join, interval_join  # noqa: E402
 from keyed_watermarks.keyed import AdaptiveLateness, KeyedWatermark, KeyedWindow, keyed_watermark  # noqa: E402
 from keyed_watermarks.metrics import metrics  # noqa: E402
 from keyed_watermarks.report import foreach_batch, split_report  # noqa: E402
@@ -26,6 +26,7 @@ __all__ = [
     "keyed_watermark",
     "rollup",
     "as_of_join",
+    "interval_join",
     "AdaptiveLateness",
     "KeyedWatermark",
     "KeyedWindow",

@@ -1,9 +1,11 @@
-"""The per-key as-of (temporal) join: each reading joined to the version of its key valid at
-the reading's event time (docs/semantics.md, "As-of join")."""
+"""The per-key joins: the as-of (temporal) join, each reading joined to the version of its key
+valid at the reading's event time (docs/semantics.md, "As-of join"), and the keyed interval
+join, rows of two streams of the same key within a time interval of each other
+(docs/semantics.md, "Interval join")."""
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Any, List, Sequence, Tuple, Union
 
 from pyspark.errors import PySparkNotImplementedError, PySparkTypeError
 from pyspark.sql import DataFrame
@@ -12,6 +14,7 @@ from keyed_watermarks._jvm import is_connect, python_api
 from keyed_watermarks.keyed import Duration, _duration
 
 _SCALA_ENTRY = "io.github.keyedwatermarks.KeyedAsOfJoin"
+_SCALA_INTERVAL_ENTRY = "io.github.keyedwatermarks.KeyedIntervalJoin"
 
 
 def as_of_join(
@@ -56,20 +59,82 @@ def as_of_join(
         ...
     pyspark.errors.exceptions.captured.IllegalArgumentException: as_of_join: key column 'device' is not a column of versions; ...
     """
-    if is_connect(readings.sparkSession) or is_connect(versions.sparkSession):
-        raise PySparkNotImplementedError(
-            message="kw.as_of_join is not yet supported on Spark Connect sessions; use a classic session"
-        )
-    keys = [key] if isinstance(key, str) else list(key)
-    if not keys or not all(isinstance(k, str) for k in keys):
-        raise PySparkTypeError(message=f"as_of_join: key must be a column name or a list of names, got {key!r}")
-    python_api(readings)  # the jar is on the session's classpath, else a clear error
-    jvm = readings.sparkSession.sparkContext._jvm
-    assert jvm is not None
-    jkeys = jvm.java.util.ArrayList()
-    for k in keys:
-        jkeys.add(k)
+    jvm, jkeys = _classic(readings, versions, key, "as_of_join")
     entry = getattr(jvm, _SCALA_ENTRY)
     jdf = entry.fromPython(readings._jdf, versions._jdf, jkeys, reading_time, version_time,
                            _duration("lateness", lateness), _duration("versions_delay", versions_delay))
     return DataFrame(jdf, readings.sparkSession)
+
+
+def interval_join(
+    left: DataFrame,
+    right: DataFrame,
+    key: Union[str, Sequence[str]],
+    left_time: str,
+    right_time: str,
+    before: Duration,
+    after: Duration,
+    lateness: Duration,
+    how: str = "inner",
+) -> DataFrame:
+    """Joins each left row to the right rows of its key whose ``right_time`` is at most
+    ``before`` before and at most ``after`` after its ``left_time`` (both bounds included).
+    Each side of a key has its own watermark, its max time minus ``lateness``: a row below its
+    side's watermark is late, and a row leaves the join's state once the *other* side's
+    watermark of its key is past every time it could match, never because other keys are ahead.
+
+    :param left: a streaming DataFrame (e.g. readings).
+    :param right: a streaming DataFrame with the same key columns (names and types), e.g. alarms.
+    :param key: the key column name(s).
+    :param left_time: the left side's event-time column (TIMESTAMP).
+    :param right_time: the right side's event-time column (TIMESTAMP).
+    :param before: how long before a left row's time a right row still matches it (>= 0).
+    :param after: how long after a left row's time a right row still matches it (>= 0).
+    :param lateness: each side's watermark per key is its max time minus this.
+    :param how: ``"inner"`` (matched pairs) or ``"left_outer"`` (also each left row that never
+        matched, once its key's right watermark is past ``left_time + after``).
+    :returns: a streaming DataFrame: the left side's columns, the right side's other than the
+        keys, and ``join_status``: ``"joined"`` (a pair), ``"unmatched"`` (left outer: a left
+        row with no match, right columns null), ``"late"`` or ``"invalid"`` (a null key or
+        time; a row of one side alone, the other side's columns null but the keys set).
+
+    Not yet on Spark Connect sessions (refused). Bad input fails before the query starts,
+    naming the column or option:
+
+    >>> readings = spark.readStream.format("rate").load().selectExpr(
+    ...     "value % 3 AS device", "timestamp AS ts", "value AS temp")
+    >>> alarms = spark.readStream.format("rate").load().selectExpr(
+    ...     "value % 3 AS device", "timestamp AS raised_at", "CAST(value AS STRING) AS code")
+    >>> joined = kw.interval_join(readings, alarms, key="device", left_time="ts", right_time="raised_at",
+    ...                           before="1 minute", after="5 minutes", lateness="30 seconds", how="left_outer")
+    >>> joined.columns
+    ['device', 'ts', 'temp', 'raised_at', 'code', 'join_status']
+    >>> kw.interval_join(readings, alarms, key="device", left_time="ts", right_time="raised_at",
+    ...                  before="1 minute", after="5 minutes", lateness="30 seconds", how="outer")
+    Traceback (most recent call last):
+        ...
+    pyspark.errors.exceptions.captured.IllegalArgumentException: how: expected 'inner' or 'left_outer', got 'outer'
+    """
+    jvm, jkeys = _classic(left, right, key, "interval_join")
+    entry = getattr(jvm, _SCALA_INTERVAL_ENTRY)
+    jdf = entry.fromPython(left._jdf, right._jdf, jkeys, left_time, right_time, _duration("before", before),
+                           _duration("after", after), _duration("lateness", lateness), how)
+    return DataFrame(jdf, left.sparkSession)
+
+
+def _classic(first: DataFrame, second: DataFrame, key: Union[str, Sequence[str]], fn: str) -> Tuple[Any, Any]:
+    """The JVM and the key names as a Java list, for a join on a classic session (refused on Connect)."""
+    if is_connect(first.sparkSession) or is_connect(second.sparkSession):
+        raise PySparkNotImplementedError(
+            message=f"kw.{fn} is not yet supported on Spark Connect sessions; use a classic session"
+        )
+    keys: List[str] = [key] if isinstance(key, str) else list(key)
+    if not keys or not all(isinstance(k, str) for k in keys):
+        raise PySparkTypeError(message=f"{fn}: key must be a column name or a list of names, got {key!r}")
+    python_api(first)  # the jar is on the session's classpath, else a clear error
+    jvm = first.sparkSession.sparkContext._jvm
+    assert jvm is not None
+    jkeys = jvm.java.util.ArrayList()
+    for k in keys:
+        jkeys.add(k)
+    return jvm, jkeys

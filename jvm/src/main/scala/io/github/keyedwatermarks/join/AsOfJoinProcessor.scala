@@ -95,15 +95,6 @@ private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operat
   private def invalid(r: Row): Row = joined(r.getStruct(plan.readingOrdinal), None, AsOfJoinPlan.Invalid)
 
   /** The output row: the reading's columns, the version's other than the keys (or nulls), the status. */
-  private def joined(reading: Row, version: Option[Row], status: String): Row = {
-    val values = new Array[Any](plan.outputWidth)
-    var i = 0
-    while (i < reading.length) { values(i) = reading.get(i); i += 1 }
-    version.foreach { v =>
-      var j = 0
-      while (j < plan.versionOutput.length) { values(i + j) = v.get(plan.versionOutput(j)); j += 1 }
-    }
-    values(plan.outputWidth - 1) = status
-    Row.fromSeq(values.toSeq)
-  }
+  private def joined(reading: Row, version: Option[Row], status: String): Row =
+    plan.output.row(reading, version.orNull, status)
 }

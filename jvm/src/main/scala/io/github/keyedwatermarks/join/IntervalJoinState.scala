@@ -1,0 +1,58 @@
+package io.github.keyedwatermarks.join
+
+import org.apache.spark.sql.{Encoders, Row}
+import org.apache.spark.sql.streaming.{ListState, StatefulProcessorHandle, TTLConfig, ValueState}
+import org.apache.spark.sql.types.{BooleanType, LongType, StructField, StructType}
+
+/**
+ * One key's interval join state in Spark's state store (RocksDB provider):
+ *  - `interval_key`: the key's max left and max right times (null before its first row there);
+ *  - `interval_left`: the left rows kept (time, whether it has matched, row);
+ *  - `interval_right`: the right rows kept (time, row).
+ * Rows are stored under positional field names, as the as-of join's ([[AsOfJoinState.positional]]).
+ */
+private[keyedwatermarks] final class IntervalJoinState(handle: StatefulProcessorHandle, leftSchema: StructType,
+    rightSchema: StructType) {
+  import IntervalJoinState._
+
+  private val keyRow: ValueState[Row] =
+    handle.getValueState("interval_key", Encoders.row(KeySchema), TTLConfig.NONE)
+  private val lefts: ListState[Row] = handle.getListState("interval_left",
+    Encoders.row(StructType(Seq(
+          StructField("time", LongType, nullable = false), StructField("matched", BooleanType, nullable = false),
+          StructField("row", AsOfJoinState.positional(leftSchema), nullable = false)))), TTLConfig.NONE)
+  private val rights: ListState[Row] =
+    handle.getListState("interval_right", Encoders.row(AsOfJoinState.timed(rightSchema)), TTLConfig.NONE)
+
+  /** The max left and right times. */
+  def maxTimes(): (Option[Long], Option[Long]) = Option(keyRow.get()) match {
+    case None => (None, None)
+    case Some(r) => (Option(r.get(0)).map(_ => r.getLong(0)), Option(r.get(1)).map(_ => r.getLong(1)))
+  }
+
+  def leftRows(): Vector[Held] = lefts.get().map(r => Held(r.getLong(0), r.getStruct(2), r.getBoolean(1))).toVector
+
+  def rightRows(): Vector[Held] = rights.get().map(r => Held(r.getLong(0), r.getStruct(1), matched = false)).toVector
+
+  def storeMaxTimes(maxLeft: Option[Long], maxRight: Option[Long]): Unit =
+    keyRow.update(Row(maxLeft.getOrElse(null), maxRight.getOrElse(null)))
+
+  /** All of the key's left rows now (`replace`), or only rows to append after the stored ones. */
+  def storeLefts(rows: Seq[Held], replace: Boolean): Unit =
+    store(lefts, rows.map(h => Row(h.time, h.matched, h.row)), replace)
+
+  def storeRights(rows: Seq[Held], replace: Boolean): Unit = store(rights, rows.map(h => Row(h.time, h.row)), replace)
+
+  private def store(list: ListState[Row], rows: Seq[Row], replace: Boolean): Unit =
+    if (replace) { if (rows.isEmpty) list.clear() else list.put(rows.toArray) }
+    else if (rows.nonEmpty) list.appendList(rows.toArray)
+}
+
+private[keyedwatermarks] object IntervalJoinState {
+  val KeySchema: StructType = StructType(Seq(
+      StructField("max_left", LongType, nullable = true), StructField("max_right", LongType, nullable = true)))
+
+  /** A kept row: its time, its columns, and (left rows) whether it has matched a right row. */
+  final class Held(val time: Long, val row: Row, var matched: Boolean)
+  object Held { def apply(time: Long, row: Row, matched: Boolean): Held = new Held(time, row, matched) }
+}

@@ -1,0 +1,203 @@
+"""The keyed interval join (kw.interval_join) in a streaming query: against the reference model
+(tests/interval_join_model.py: the micro-batch of every row, its pair and status, the rows kept
+in state), across a restart from the checkpoint; against Spark's own stream-stream join where the
+rules coincide (every key in step, nothing late); and the delayed device, whose rows Spark's
+global watermark drops, joined. Bad input is refused before any query starts, naming the
+column or option."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Dict, List, Optional, Set, Tuple
+
+import pytest
+from pyspark.errors import IllegalArgumentException
+from pyspark.sql import DataFrame, SparkSession, functions as F
+
+import keyed_watermarks as kw
+
+from interval_join_model import Row, run_interval_model
+from support import Replay
+
+S = 1_000_000
+LEFT = "device STRING, ts TIMESTAMP, temp INT"
+RIGHT = "device STRING, raised_at TIMESTAMP, code STRING"
+EPOCH = datetime.datetime(2026, 11, 28, tzinfo=datetime.timezone.utc)
+T0 = int(EPOCH.timestamp()) * S
+BEFORE, AFTER, LATENESS = 10 * S, 30 * S, 20 * S
+OPTIONS = dict(key="device", left_time="ts", right_time="raised_at", before="10 seconds", after="30 seconds",
+               lateness="20 seconds")
+
+
+def at(micros: Optional[int]) -> Optional[datetime.datetime]:
+    return None if micros is None else EPOCH + datetime.timedelta(microseconds=micros - T0)
+
+
+def side(spark: SparkSession, root: Path, schema: str) -> Replay:
+    """One side's micro-batches as parquet files, one per batch (an empty one for a batch
+    without rows), so that both sides' batches line up."""
+    return Replay(spark, root, schema, empty_batches=True)
+
+
+def s(seconds: Optional[int]) -> Optional[int]:
+    return None if seconds is None else T0 + seconds * S
+
+
+# Readings (left) and alarms (right). "a" and "b" report in step; "up" uploads minutes behind
+# them (its rows would be behind a global watermark); some rows are late for their own key;
+# the last batch has rows with a null key and a null time on both sides.
+BATCHES: List[Tuple[List[Row], List[Row]]] = [
+    ([("a", s(10), 1), ("b", s(12), 2)],
+     [("a", s(15), "a1"), ("b", s(50), "b1"), ("up", s(-300), "u1")]),
+    ([("a", s(70), 3), ("b", s(75), 4), ("up", s(-290), 5)],
+     [("a", s(65), "a2"), ("b", s(100), "b2")]),
+    ([("a", s(130), 6), ("up", s(-230), 7), ("up", s(-225), 8), ("zz", s(140), 9)],
+     [("a", s(20), "a3"), ("up", s(-220), "u2"), ("b", s(30), "b3")]),
+    ([("b", s(190), 10), ("up", s(-170), 11), ("a", s(50), 12)],
+     [("a", s(180), "a4"), ("b", s(185), "b4")]),
+    ([("up", s(-400), 13), ("up", s(-110), 14), (None, s(200), 15), ("b", None, 16)],
+     [("a", s(240), "a5"), (None, s(200), "n1"), ("b", None, "b5"), ("up", s(-100), "u3")]),
+]
+
+
+def _run(spark: SparkSession, workdir: Path, parts: List[List[Tuple[List[Row], List[Row]]]], how: str,
+         left_watermark: Optional[str] = None) -> Dict[Tuple[Optional[int], Optional[str]], Tuple[int, str]]:
+    """Runs the join over `parts`, restarting from the checkpoint between them; returns each
+    output row, (left payload, right payload) -> (micro-batch, status), asserting none twice.
+    `left_watermark`: a `withWatermark` on the left input with that delay."""
+    left, right = side(spark, workdir / "l", LEFT), side(spark, workdir / "r", RIGHT)
+    got: Dict[Tuple[Optional[int], Optional[str]], Tuple[int, str]] = {}
+
+    def collect(df: DataFrame, batch_id: int) -> None:
+        for r in df.collect():
+            assert (r.temp, r.code) not in got, f"{(r.temp, r.code)} emitted twice"
+            got[(r.temp, r.code)] = (batch_id, r.join_status)
+
+    for part in parts:
+        for ls, rs in part:
+            left.add([(k, at(t), p) for k, t, p in ls])
+            right.add([(k, at(t), p) for k, t, p in rs])
+        left_stream = left.stream()
+        if left_watermark is not None:
+            left_stream = left_stream.withWatermark("ts", left_watermark)
+        joined = kw.interval_join(left_stream, right.stream(), how=how, **OPTIONS)
+        query = (joined.writeStream.foreachBatch(collect).trigger(availableNow=True)
+                 .option("checkpointLocation", str(workdir / "cp")).start())
+        query.awaitTermination()
+        assert query.exception() is None
+    return got
+
+
+@pytest.mark.all_versions
+def test_interval_join_matches_model_across_restart(spark: SparkSession, workdir: Path) -> None:
+    """Left outer, run in two parts restarted from the checkpoint: the rows kept in state and
+    each side's watermark per key carry over. Every output row (pair, unmatched, late, invalid)
+    in the model's micro-batch; the rows kept in state (Spark's state data source) the model's.
+    The left input defines Spark's watermark (1 s), far ahead of the delayed device's rows: the
+    join drops none of them."""
+    got = _run(spark, workdir, [BATCHES[:3], BATCHES[3:]], "left_outer", left_watermark="1 second")
+    # Spark runs a no-data batch after its watermark advanced (the end of the first part): in
+    # the model, a batch without rows there.
+    model = run_interval_model(BATCHES[:3] + [([], [])] + BATCHES[3:], BEFORE, AFTER, LATENESS, how="left_outer")
+    expected = {(o.left[2] if o.left else None, o.right[2] if o.right else None): (o.batch, o.status)
+                for o in model.out}
+    assert got == expected
+    assert {o.status for o in model.out} == {"joined", "unmatched", "late", "invalid"}
+    # The delayed device's rows are joined, minutes behind the other devices.
+    assert got[(8, "u2")][1] == "joined" and got[(7, "u2")][1] == "joined"
+
+    # Spark's own batch join of every on-time row (late: below its key's side max of earlier
+    # batches - lateness, computed here from the input alone): the same pairs.
+    on_time = _on_time(BATCHES)
+    lefts = spark.createDataFrame([(k, at(t), p) for ls, _ in BATCHES for k, t, p in ls if p in on_time], LEFT)
+    rights = spark.createDataFrame([(k, at(t), p) for _, rs in BATCHES for k, t, p in rs if p in on_time], RIGHT)
+    pairs = (lefts.join(rights, "device")
+             .where(F.col("raised_at").between(F.col("ts") - F.expr("INTERVAL 10 SECONDS"),
+                                               F.col("ts") + F.expr("INTERVAL 30 SECONDS"))))
+    assert {(r.temp, r.code) for r in pairs.collect()} == {p for p, (_, st) in got.items() if st == "joined"}
+
+    stored = (spark.read.format("statestore").option("stateVarName", "interval_left")
+              .load(str(workdir / "cp")).collect())
+    assert sorted(r.list_element.row[2] for r in stored) == sorted(
+        r[2] for rs in model.held_left.values() for r in rs)
+    stored = (spark.read.format("statestore").option("stateVarName", "interval_right")
+              .load(str(workdir / "cp")).collect())
+    assert sorted(r.list_element.row[2] for r in stored) == sorted(
+        r[2] for rs in model.held_right.values() for r in rs)
+
+
+def _on_time(batches: List[Tuple[List[Row], List[Row]]]) -> Set[object]:
+    """The payloads of the rows not late for their key's side: each side's max time per key over
+    the earlier batches, minus the lateness."""
+    maxima: List[Dict[object, int]] = [{}, {}]
+    on_time: Set[object] = set()
+    for sides in batches:
+        before = [dict(m) for m in maxima]
+        for i, rows in enumerate(sides):
+            for k, t, p in rows:
+                if k is None or t is None:
+                    continue
+                if k not in before[i] or t >= before[i][k] - LATENESS:
+                    on_time.add(p)
+                maxima[i][k] = max(maxima[i].get(k, t), t)
+    return on_time
+
+
+def _in_step(n_batches: int) -> List[Tuple[List[Row], List[Row]]]:
+    """Three devices in step: each batch, every device a reading and an alarm at nearby times,
+    moving forward 20 s a batch, so no row is late for its key or for a global watermark."""
+    batches = []
+    for b in range(n_batches):
+        ls = [(d, s(b * 20 + i), b * 10 + i) for i, d in enumerate("abc")]
+        rs = [(d, s(b * 20 + 3 * i + (7 if b % 2 else -4)), f"{d}{b}") for i, d in enumerate("abc")]
+        batches.append((ls, rs))
+    return batches
+
+
+def test_in_step_inner_join_equals_spark_stream_stream_join(spark: SparkSession, workdir: Path) -> None:
+    """Every key in step and nothing late: Spark's own stream-stream interval join (a watermark
+    on each side) and ours give the same pairs."""
+    batches = _in_step(6)
+    got = _run(spark, workdir / "ours", [batches], "inner")
+    ours = {pair for pair, (_, status) in got.items() if status == "joined"}
+    assert all(status == "joined" for _, status in got.values())
+
+    left, right = side(spark, workdir / "l", LEFT), side(spark, workdir / "r", RIGHT)
+    for ls, rs in batches:
+        left.add([(k, at(t), p) for k, t, p in ls])
+        right.add([(k, at(t), p) for k, t, p in rs])
+    lw = left.stream().withWatermark("ts", "20 seconds").alias("l")
+    rw = right.stream().withWatermark("raised_at", "20 seconds").alias("r")
+    spark_join = lw.join(rw, F.expr(
+        "l.device = r.device AND r.raised_at BETWEEN l.ts - INTERVAL 10 SECONDS AND l.ts + INTERVAL 30 SECONDS"))
+    theirs: Set[Tuple[int, str]] = set()
+    query = (spark_join.select("l.temp", "r.code").writeStream
+             .foreachBatch(lambda df, _: theirs.update((r.temp, r.code) for r in df.collect()))
+             .trigger(availableNow=True).option("checkpointLocation", str(workdir / "cp-spark")).start())
+    query.awaitTermination()
+    assert theirs == ours
+    assert len(ours) >= 12
+
+
+@pytest.mark.quick
+def test_interval_join_refuses_bad_input(spark: SparkSession, workdir: Path) -> None:
+    left, right = side(spark, workdir / "l", LEFT), side(spark, workdir / "r", RIGHT)
+    left.add([])
+    right.add([])
+    lf, rt = left.stream(), right.stream()
+
+    def refused(match: str, l_df: DataFrame = lf, r_df: DataFrame = rt, **options: str) -> None:
+        with pytest.raises(IllegalArgumentException, match=match):
+            kw.interval_join(l_df, r_df, **{**OPTIONS, **options})
+
+    refused("how: expected 'inner' or 'left_outer', got 'right_outer'", how="right_outer")
+    refused("before", before="-1 second")
+    refused("after", after="soon")
+    refused("key column 'site' is not a column of left", key=["device", "site"])
+    refused("right_time column 'raised' is not a column of right", right_time="raised")
+    refused("key column 'device' is int in left but string in right", l_df=lf.withColumn("device", F.col("temp")))
+    refused("left_time column 'ts' of left is bigint; it must be a TIMESTAMP",
+            l_df=lf.withColumn("ts", F.col("temp").cast("long")))
+    refused("column 'code' is in both left and right", l_df=lf.withColumn("code", F.lit("x")))
+    refused("right must be a streaming DataFrame", r_df=spark.createDataFrame([], RIGHT))
