@@ -110,6 +110,22 @@ QUERIES: Dict[str, Callable[[DataFrame], DataFrame]] = {
     .agg(F.sum("n").alias("n"), F.max("hottest").alias("hottest")),
 }
 
+
+def _g2(e: DataFrame, time: str, value: str) -> DataFrame:
+    """The gateway g2's rows as a join's second side (g1's are the first)."""
+    return e.where(F.col("gw") == "g2").select("device", F.col("ts").alias(time), F.col("temp").alias(value))
+
+
+# The per-key joins: their two sides are the gateways' rows of the same stream.
+JOINS: Dict[str, Callable[[DataFrame], DataFrame]] = {
+    "as_of_join": lambda e: kw.as_of_join(e.where(F.col("gw") == "g1"), _g2(e, "valid_from", "version_temp"),
+                                          key="device", reading_time="ts", version_time="valid_from",
+                                          lateness="5 seconds"),
+    "interval_join": lambda e: kw.interval_join(e.where(F.col("gw") == "g1"), _g2(e, "ts2", "temp2"), key="device",
+                                                left_time="ts", right_time="ts2", before="5 seconds",
+                                                after="5 seconds", lateness="5 seconds", how="left_outer"),
+}
+
 # The stage whose windows a query writes, when it has several (kw.metrics' "stages", by name).
 OUTPUT_STAGE = {"rollup": "fleet"}
 
@@ -168,7 +184,7 @@ def _progress(query: Any) -> Dict[str, Any]:
 
 def run_query(name: str, spark: SparkSession, root: Path) -> Dict[str, Any]:
     events = replay(spark, root)
-    result = QUERIES[name](events)
+    result = {**QUERIES, **JOINS}[name](events)
     out = root / "out"
     query = (
         result.writeStream.format("parquet")
@@ -250,6 +266,15 @@ BAD_INPUTS: Dict[str, Callable[[DataFrame, DataFrame], Any]] = {
     "idle_without_arrival_time": lambda e, b: _keyed(e, idle_timeout="1 minute"),
     "arrival_time_not_timestamp": lambda e, b: _keyed(e, idle_timeout="1 minute", arrival_time="gw"),
     "bad_idle_clock": lambda e, b: _keyed(e, idle_timeout="1 minute", idle_clock="wall"),
+    "as_of_join_key_type": lambda e, b: kw.as_of_join(
+        e, e.select(F.col("temp").alias("device"), F.col("ts").alias("valid_from")), key="device",
+        reading_time="ts", version_time="valid_from", lateness="5 seconds"),
+    "interval_join_bad_how": lambda e, b: kw.interval_join(
+        e, _g2(e, "ts2", "temp2"), key="device", left_time="ts", right_time="ts2", before="1 second",
+        after="1 second", lateness="1 second", how="outer"),
+    "interval_join_batch_side": lambda e, b: kw.interval_join(
+        e, _g2(b, "ts2", "temp2"), key="device", left_time="ts", right_time="ts2", before="1 second",
+        after="1 second", lateness="1 second"),
 }
 
 _KINDS = (IllegalArgumentException, AnalysisException, PySparkTypeError, PySparkValueError, PySparkRuntimeError)
@@ -282,7 +307,7 @@ def run_bad_inputs(spark: SparkSession, root: Path) -> Dict[str, Any]:
 
 
 def run_all(spark: SparkSession, root: Path) -> Dict[str, Any]:
-    out: Dict[str, Any] = {name: run_query(name, spark, root / name) for name in QUERIES}
+    out: Dict[str, Any] = {name: run_query(name, spark, root / name) for name in [*QUERIES, *JOINS]}
     out["foreach_batch"] = run_foreach_batch(spark, root / "foreach_batch")
     out["bad_inputs"] = run_bad_inputs(spark, root / "bad_inputs")
     return out

@@ -1,6 +1,7 @@
 """The same API on a classic and a Spark Connect session gives identical results: for each
 feature (tests/connect_scenarios.py), the rows each micro-batch emits (windows, report rows, kept
-late and invalid rows), the columns, the per-batch ``kw.metrics`` and input counts; and bad input
+late and invalid rows), the columns, the per-batch ``kw.metrics`` and input counts; the per-key
+joins' rows and columns; and bad input
 raises the same pyspark.errors type with the same message, before any query starts.
 
 The classic run is the oracle here (the classic API is checked against Spark's own aggregation
@@ -99,6 +100,17 @@ def test_query_results_are_identical(classic, connect, name):
         assert _report_rows(ours["rows"]), "the report scenarios have late or invalid rows"
     if "kw_pane" in ours["columns"]:
         _assert_every_pane_kind(ours["rows"])
+
+
+@pytest.mark.parametrize("name", list(scenarios.JOINS))
+def test_join_results_are_identical(classic, connect, name):
+    """The per-key joins: the same columns and rows in each micro-batch (the server plugin
+    plans them with the same Scala calls as the py4j entry points)."""
+    ours, theirs = classic[name], connect.get()[name]
+    assert theirs["columns"] == ours["columns"]
+    assert theirs["rows"] == ours["rows"], name
+    statuses = {r["join_status"] for rows in ours["rows"].values() for r in rows}
+    assert "joined" in statuses and len(statuses) >= 2, statuses
 
 
 def _assert_every_pane_kind(rows_per_batch):

@@ -5,9 +5,9 @@ join, rows of two streams of the same key within a time interval of each other
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple, Union
+from typing import Any, List, Sequence, Union
 
-from pyspark.errors import PySparkNotImplementedError, PySparkTypeError
+from pyspark.errors import PySparkTypeError
 from pyspark.sql import DataFrame
 
 from keyed_watermarks._jvm import is_connect, python_api
@@ -42,8 +42,8 @@ def as_of_join(
         keys (null without a version), and ``join_status`` (``"joined"``, ``"no_version"``,
         ``"late"`` or ``"invalid"``); one row per reading.
 
-    Not yet on Spark Connect sessions (refused). Bad input fails before the query starts,
-    naming the column or option:
+    The same on Spark Connect sessions (the server plugin plans the same query). Bad input fails
+    before the query starts, naming the column or option:
 
     >>> readings = spark.readStream.format("rate").load().selectExpr(
     ...     "value % 3 AS device", "timestamp AS ts", "value AS temp")
@@ -59,10 +59,16 @@ def as_of_join(
         ...
     pyspark.errors.exceptions.captured.IllegalArgumentException: as_of_join: key column 'device' is not a column of versions; ...
     """
-    jvm, jkeys = _classic(readings, versions, key, "as_of_join")
-    entry = getattr(jvm, _SCALA_ENTRY)
-    jdf = entry.fromPython(readings._jdf, versions._jdf, jkeys, reading_time, version_time,
-                           _duration("lateness", lateness), _duration("versions_delay", versions_delay))
+    keys = _keys(key, "as_of_join")
+    arguments = dict(reading_time=reading_time, version_time=version_time, lateness=_duration("lateness", lateness),
+                     versions_delay=_duration("versions_delay", versions_delay))
+    if _on_connect(readings, versions, "as_of_join"):
+        from keyed_watermarks.connect import message
+        from keyed_watermarks.connect.backend import ConnectBackend
+
+        return ConnectBackend(readings).join(readings, versions, {"key": keys, **arguments}, message.AS_OF_JOIN)
+    entry = getattr(_jvm(readings), _SCALA_ENTRY)
+    jdf = entry.fromPython(readings._jdf, versions._jdf, _java_list(readings, keys), *arguments.values())
     return DataFrame(jdf, readings.sparkSession)
 
 
@@ -98,8 +104,8 @@ def interval_join(
         row with no match, right columns null), ``"late"`` or ``"invalid"`` (a null key or
         time; a row of one side alone, the other side's columns null but the keys set).
 
-    Not yet on Spark Connect sessions (refused). Bad input fails before the query starts,
-    naming the column or option:
+    The same on Spark Connect sessions (the server plugin plans the same query). Bad input fails
+    before the query starts, naming the column or option:
 
     >>> readings = spark.readStream.format("rate").load().selectExpr(
     ...     "value % 3 AS device", "timestamp AS ts", "value AS temp")
@@ -115,26 +121,43 @@ def interval_join(
         ...
     pyspark.errors.exceptions.captured.IllegalArgumentException: how: expected 'inner' or 'left_outer', got 'outer'
     """
-    jvm, jkeys = _classic(left, right, key, "interval_join")
-    entry = getattr(jvm, _SCALA_INTERVAL_ENTRY)
-    jdf = entry.fromPython(left._jdf, right._jdf, jkeys, left_time, right_time, _duration("before", before),
-                           _duration("after", after), _duration("lateness", lateness), how)
+    keys = _keys(key, "interval_join")
+    arguments = dict(left_time=left_time, right_time=right_time, before=_duration("before", before),
+                     after=_duration("after", after), lateness=_duration("lateness", lateness), how=how)
+    if _on_connect(left, right, "interval_join"):
+        from keyed_watermarks.connect import message
+        from keyed_watermarks.connect.backend import ConnectBackend
+
+        return ConnectBackend(left).join(left, right, {"key": keys, **arguments}, message.INTERVAL_JOIN)
+    entry = getattr(_jvm(left), _SCALA_INTERVAL_ENTRY)
+    jdf = entry.fromPython(left._jdf, right._jdf, _java_list(left, keys), *arguments.values())
     return DataFrame(jdf, left.sparkSession)
 
 
-def _classic(first: DataFrame, second: DataFrame, key: Union[str, Sequence[str]], fn: str) -> Tuple[Any, Any]:
-    """The JVM and the key names as a Java list, for a join on a classic session (refused on Connect)."""
-    if is_connect(first.sparkSession) or is_connect(second.sparkSession):
-        raise PySparkNotImplementedError(
-            message=f"kw.{fn} is not yet supported on Spark Connect sessions; use a classic session"
-        )
+def _keys(key: Union[str, Sequence[str]], fn: str) -> List[str]:
     keys: List[str] = [key] if isinstance(key, str) else list(key)
     if not keys or not all(isinstance(k, str) for k in keys):
         raise PySparkTypeError(message=f"{fn}: key must be a column name or a list of names, got {key!r}")
-    python_api(first)  # the jar is on the session's classpath, else a clear error
-    jvm = first.sparkSession.sparkContext._jvm
+    return keys
+
+
+def _on_connect(first: DataFrame, second: DataFrame, fn: str) -> bool:
+    """Whether both sides are on a Spark Connect session (one side on each is refused)."""
+    connect = is_connect(first.sparkSession)
+    if connect != is_connect(second.sparkSession):
+        raise PySparkTypeError(message=f"{fn}: both DataFrames must be of one session (one is of Spark Connect)")
+    return connect
+
+
+def _jvm(df: DataFrame) -> Any:
+    python_api(df)  # the jar is on the session's classpath, else a clear error
+    jvm = df.sparkSession.sparkContext._jvm
     assert jvm is not None
-    jkeys = jvm.java.util.ArrayList()
+    return jvm
+
+
+def _java_list(df: DataFrame, keys: List[str]) -> Any:
+    jkeys = _jvm(df).java.util.ArrayList()
     for k in keys:
         jkeys.add(k)
-    return jvm, jkeys
+    return jkeys

@@ -1,5 +1,5 @@
-"""The Spark Connect backend: the same three calls as the py4j one (``ClassicBackend``), sent
-as a KeyedWatermarksRelation that the server plugin plans with the same Scala code.
+"""The Spark Connect backend: the same three calls as the py4j one (``ClassicBackend``), and the
+two joins (``join``), sent as a KeyedWatermarksRelation that the server plugin plans with the same Scala code.
 
 Connect builds plans lazily; classic raises bad input when ``keyed_watermark(...)``,
 ``.window(...)`` or ``.agg(...)`` is called. So each call here has the server analyse its
@@ -9,7 +9,7 @@ relation at once (``df.schema``), which runs the plugin and raises the plugin's 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional
 
 from pyspark.errors import PySparkException, PySparkRuntimeError
 from pyspark.sql import Column, DataFrame
@@ -33,6 +33,10 @@ class ConnectBackend:
     ) -> DataFrame:
         return self._analysed(events, options, columns, aggregates, message.PLAN)
 
+    def join(self, first: DataFrame, second: DataFrame, options: Dict[str, Any], step: int) -> DataFrame:
+        """A per-key join (``message.AS_OF_JOIN`` or ``message.INTERVAL_JOIN``) of two DataFrames."""
+        return self._analysed(first, options, {}, [], step, other=second)
+
     def _analysed(
         self,
         events: DataFrame,
@@ -40,10 +44,12 @@ class ConnectBackend:
         columns: Mapping[str, Column],
         aggregates: List[Column],
         step: int,
+        other: Optional[DataFrame] = None,
     ) -> DataFrame:
         from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
 
-        plan = KeyedWatermarksPlan(events._plan, options, columns, aggregates, step)  # type: ignore[arg-type]
+        other_plan = other._plan if other is not None else None
+        plan = KeyedWatermarksPlan(events._plan, options, columns, aggregates, step, other_plan)  # type: ignore[arg-type]
         df = ConnectDataFrame(plan, self._session)  # type: ignore[arg-type]
         try:
             df.schema

@@ -22,6 +22,8 @@ TYPE_NAME = "keyed_watermarks.KeyedWatermarksRelation"
 PLAN = 0
 VALIDATE_WATERMARK = 1
 VALIDATE_WINDOWS = 2
+AS_OF_JOIN = 3
+INTERVAL_JOIN = 4
 
 _F = descriptor_pb2.FieldDescriptorProto
 
@@ -36,7 +38,13 @@ def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     )
     m = f.message_type.add(name="KeyedWatermarksRelation")
     step = m.enum_type.add(name="Step")
-    for name, number in (("PLAN", PLAN), ("VALIDATE_WATERMARK", VALIDATE_WATERMARK), ("VALIDATE_WINDOWS", VALIDATE_WINDOWS)):
+    for name, number in (
+        ("PLAN", PLAN),
+        ("VALIDATE_WATERMARK", VALIDATE_WATERMARK),
+        ("VALIDATE_WINDOWS", VALIDATE_WINDOWS),
+        ("AS_OF_JOIN", AS_OF_JOIN),
+        ("INTERVAL_JOIN", INTERVAL_JOIN),
+    ):
         step.value.add(name=name, number=number)
     # map<string, spark.connect.Expression> is a repeated nested ColumnsEntry {key = 1; value = 2}.
     entry = m.nested_type.add(name="ColumnsEntry")
@@ -64,6 +72,7 @@ def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
         type=_F.TYPE_ENUM,
         type_name=".keyed_watermarks.KeyedWatermarksRelation.Step",
     )
+    m.field.add(name="other", number=6, label=_F.LABEL_OPTIONAL, type=_F.TYPE_MESSAGE, type_name=".spark.connect.Relation")
     return f
 
 

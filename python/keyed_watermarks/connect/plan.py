@@ -12,7 +12,8 @@ from keyed_watermarks.connect.message import KeyedWatermarksRelation
 
 class KeyedWatermarksPlan(LogicalPlan):
     """``events`` plus the options, the option Columns and the aggregates, packed for the
-    server plugin (io.github.keyedwatermarks.connect.KeyedWatermarksRelationPlugin)."""
+    server plugin (io.github.keyedwatermarks.connect.KeyedWatermarksRelationPlugin); for a
+    join, ``events`` is its first side and ``other`` its second."""
 
     def __init__(
         self,
@@ -21,6 +22,7 @@ class KeyedWatermarksPlan(LogicalPlan):
         columns: Mapping[str, Any],
         aggregates: List[Any],
         step: int,
+        other: Optional[LogicalPlan] = None,
     ) -> None:
         expressions = [*columns.values(), *aggregates]
         # Columns may hold scalar subqueries over other DataFrames: their plans travel along as
@@ -34,11 +36,14 @@ class KeyedWatermarksPlan(LogicalPlan):
         self._columns = dict(columns)
         self._aggregates = list(aggregates)
         self._step = step
+        self._other = other
 
     def plan(self, session: Any) -> Any:
         assert self._child is not None
         message = KeyedWatermarksRelation(options=self._options, step=self._step)
         message.input.CopyFrom(self._child.plan(session))
+        if self._other is not None:
+            message.other.CopyFrom(self._other.plan(session))
         for name, column in self._columns.items():
             message.columns[name].CopyFrom(column.to_plan(session))
         message.aggregates.extend(c.to_plan(session) for c in self._aggregates)

@@ -3,17 +3,19 @@ package io.github.keyedwatermarks.connect
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.connect.proto
-import org.apache.spark.sql.Column
+import org.apache.spark.sql.{Column, DataFrame}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.connect.planner.SparkConnectPlanner
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
 
+import io.github.keyedwatermarks.{KeyedAsOfJoin, KeyedIntervalJoin}
 import io.github.keyedwatermarks.planner.{KeyedPlanner, SpecChecks}
 import io.github.keyedwatermarks.spec.QueryOptions
 
 /**
- * A [[KeyedWatermarksRelation]] as a logical plan: the same calls as the py4j entry point
- * (`io.github.keyedwatermarks.python.PythonAPI`), with the input relation and the Columns
+ * A [[KeyedWatermarksRelation]] as a logical plan: the same calls as the py4j entry points
+ * (`io.github.keyedwatermarks.python.PythonAPI`, `KeyedAsOfJoin`, `KeyedIntervalJoin`), with the
+ * input relations and the Columns
  * converted by the session's Connect planner. So a Connect session plans the very same query,
  * and bad input raises the very same exceptions, as a classic one.
  */
@@ -36,6 +38,24 @@ object ConnectQuery {
       case KeyedWatermarksRelation.ValidateWindows =>
         SpecChecks.windows(QueryOptions.windows(message.options, columns), events)
         input
+      case KeyedWatermarksRelation.AsOfJoin =>
+        val a = QueryOptions.joinArguments(message.options, AsOfJoinArguments)
+        KeyedAsOfJoin(events, second(message, planner), a.keys, a("reading_time"), a("version_time"),
+          a("lateness"), a("versions_delay")).queryExecution.logical
+      case KeyedWatermarksRelation.IntervalJoin =>
+        val a = QueryOptions.joinArguments(message.options, IntervalJoinArguments)
+        KeyedIntervalJoin(events, second(message, planner), a.keys, a("left_time"), a("right_time"), a("before"),
+          a("after"), a("lateness"), a("how")).queryExecution.logical
     }
+  }
+
+  // The joins' keyword arguments other than the two DataFrames and the key (all strings).
+  private val AsOfJoinArguments = Seq("reading_time", "version_time", "lateness", "versions_delay")
+  private val IntervalJoinArguments = Seq("left_time", "right_time", "before", "after", "lateness", "how")
+
+  private def second(message: KeyedWatermarksRelation, planner: SparkConnectPlanner): DataFrame = {
+    val other = message.other.getOrElse(
+      throw new IllegalArgumentException(s"${KeyedWatermarksRelation.TypeName}: a join's second relation is missing"))
+    SparkBridge.ofRows(planner.session, planner.transformRelation(other))
   }
 }

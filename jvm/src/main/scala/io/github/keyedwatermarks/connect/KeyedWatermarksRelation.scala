@@ -10,7 +10,7 @@ import org.sparkproject.connect.protobuf.{ByteString, CodedInputStream, WireForm
  *
  * Why read the wire format by hand: the jar has no protoc-generated class (the server's
  * protobuf is shaded under `org.sparkproject.connect.protobuf`, and generating code for it
- * needs a relocated protoc build). The message is flat (five fields), and its embedded
+ * needs a relocated protoc build). The message is flat (six fields), and its embedded
  * `Relation` and `Expression`s are parsed by Spark's own generated classes.
  */
 final case class KeyedWatermarksRelation(
@@ -18,7 +18,8 @@ final case class KeyedWatermarksRelation(
     options: String,
     columns: ListMap[String, proto.Expression],
     aggregates: Seq[proto.Expression],
-    step: KeyedWatermarksRelation.Step)
+    step: KeyedWatermarksRelation.Step,
+    other: Option[proto.Relation])
 
 object KeyedWatermarksRelation {
   /** The full name packed into `google.protobuf.Any.type_url` by the client. */
@@ -28,6 +29,8 @@ object KeyedWatermarksRelation {
   case object Plan extends Step
   case object ValidateWatermark extends Step
   case object ValidateWindows extends Step
+  case object AsOfJoin extends Step
+  case object IntervalJoin extends Step
 
   // Field numbers of keyed_watermarks.proto.
   private val InputField = 1
@@ -35,6 +38,7 @@ object KeyedWatermarksRelation {
   private val ColumnsField = 3
   private val AggregatesField = 4
   private val StepField = 5
+  private val OtherField = 6
   // A map<string, Expression> entry is a message {key = 1; value = 2}.
   private val MapKeyField = 1
   private val MapValueField = 2
@@ -48,6 +52,7 @@ object KeyedWatermarksRelation {
     var columns = ListMap.empty[String, proto.Expression]
     val aggregates = Seq.newBuilder[proto.Expression]
     var step: Step = Plan
+    var other: Option[proto.Relation] = None
     var tag = in.readTag()
     while (tag != 0) {
       WireFormat.getTagFieldNumber(tag) match {
@@ -59,16 +64,19 @@ object KeyedWatermarksRelation {
             case 0 => Plan
             case 1 => ValidateWatermark
             case 2 => ValidateWindows
+            case 3 => AsOfJoin
+            case 4 => IntervalJoin
             case other => throw new IllegalArgumentException(
                 s"$TypeName: unknown step $other (a newer client than this server's keyed-watermarks jar?)")
           }
+        case OtherField => other = Some(proto.Relation.parseFrom(in.readBytes()))
         case _ => in.skipField(tag) // proto3: fields a newer client adds are ignored
       }
       tag = in.readTag()
     }
     KeyedWatermarksRelation(
       input.getOrElse(throw new IllegalArgumentException(s"$TypeName: the input relation is missing")),
-      options, columns, aggregates.result(), step)
+      options, columns, aggregates.result(), step, other)
   }
 
   private def mapEntry(bytes: ByteString): (String, proto.Expression) = {

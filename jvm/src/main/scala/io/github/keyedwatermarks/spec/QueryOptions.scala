@@ -28,6 +28,17 @@ object QueryOptions {
   private val QueryLevel = WatermarkOptions ++ Set("window", "session", "report", "keep_late_rows")
   private val ColumnOptions = Set("key_lateness", "source", "gap", "arrival_time")
 
+  /** A join's keyword arguments (Connect): `key`, a name or a list of names, and `names`, strings. */
+  final case class JoinArguments(keys: Seq[String], strings: Map[String, String]) {
+    def apply(name: String): String = strings(name)
+  }
+
+  def joinArguments(json: String, names: Seq[String]): JoinArguments = {
+    val o = new Options(parse(json), Map.empty, names.toSet + "key", "")
+    def required[T](name: String, v: Option[T]): T = v.getOrElse(OptionError(s"$name: missing"))
+    JoinArguments(required("key", o.strings("key")), names.map(n => n -> required(n, o.string(n))).toMap)
+  }
+
   /** The watermark part alone (validated eagerly by `keyed_watermark(...)`). */
   def watermark(json: String, columns: java.util.Map[String, Column]): WatermarkSpec =
     watermark(new Options(json, columns))
