@@ -7,7 +7,8 @@ another: the runner runs as a subprocess in that line's venv), by tests/test_sta
 dev/write_state_fixtures.py, which writes those fixtures. Each query covers one kind of state:
 tumbling, sliding and session windows, allowed lateness, adaptive lateness (its quantile
 sketch), sources (the per-source map), a timer policy (max_skew: event-time timers) and
-closing='fleet' (the learnt skew, fleet_skew).
+closing='fleet' (the learnt skew, fleet_skew); and the keyed interval join (not among the
+release's fixtures: it is newer).
 
 As a script (any line's venv, keyed_watermarks installed):
     python tests/state_queries.py JOBS.json
@@ -96,6 +97,12 @@ def _queries() -> Dict[str, Callable]:
         "timers": lambda e: _keyed(e, max_skew="8 seconds").window("10 seconds").agg_with_report(*_aggs()),
         "fleet": lambda e: _keyed(e, closing="fleet", max_skew="20 seconds").window("10 seconds")
         .agg_with_report(*_aggs()),
+        # The keyed interval join (its rows kept per key and side, and each side's max time):
+        # gateway g1's rows joined to g2's of the same device within 5 s.
+        "interval_join": lambda e: kw.interval_join(
+            e.where("gw = 'g1'"), e.where("gw = 'g2'").selectExpr("device", "ts AS ts2", "temp AS temp2"),
+            key="device", left_time="ts", right_time="ts2", before="5 seconds", after="5 seconds",
+            lateness="5 seconds", how="left_outer"),
     }
 
 
@@ -138,14 +145,17 @@ def session(changelog: str = "false"):
 
 def window_rows(spark, out: Path):
     """The window rows a run wrote, as sorted tuples (device, start us, end us, n, s, hi,
-    revision when there is one)."""
+    revision when there is one); a join's rows, as sorted tuples of all their columns."""
     from pyspark.sql import functions as F
 
     if not out.exists():
         return []
     # The part files themselves, not the sink's log: a sink that started at a later batch (a
     # restored checkpoint) has a log Spark's reader refuses (no entry 0).
-    df = spark.read.parquet(str(out / "part-*")).where("kw_kind = 'window'")
+    df = spark.read.parquet(str(out / "part-*"))
+    if "join_status" in df.columns:
+        return sorted((tuple(r) for r in df.collect()), key=repr)
+    df = df.where("kw_kind = 'window'")
     w = "session_window" if "session_window" in df.columns else "window"
     cols = ["device", F.unix_micros(f"{w}.start"), F.unix_micros(f"{w}.end"), "n", "s", "hi"]
     if "revision" in df.columns:

@@ -1,7 +1,8 @@
 """The keyed interval join (kw.interval_join) in a streaming query: against the reference model
 (tests/interval_join_model.py: the micro-batch of every row, its pair and status, the rows kept
 in state), across a restart from the checkpoint; against Spark's own stream-stream join where the
-rules coincide (every key in step, nothing late); and the delayed device, whose rows Spark's
+rules coincide (every key in step, nothing late); followed by a keyed window stage in one query;
+and the delayed device, whose rows Spark's
 global watermark drops, joined. Bad input is refused before any query starts, naming the
 column or option."""
 
@@ -18,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession, functions as F
 import keyed_watermarks as kw
 
 from interval_join_model import Row, run_interval_model
+from reference_model import run_model
 from support import Replay
 
 S = 1_000_000
@@ -125,6 +127,36 @@ def test_interval_join_matches_model_across_restart(spark: SparkSession, workdir
               .load(str(workdir / "cp")).collect())
     assert sorted(r.list_element.row[2] for r in stored) == sorted(
         r[2] for rs in model.held_right.values() for r in rs)
+
+
+def test_interval_join_then_keyed_window(spark: SparkSession, workdir: Path) -> None:
+    """A keyed window stage after the join in one query: its windows are the window model's
+    (tests/reference_model.py) over the join model's pairs, batch by batch (a pair is a row at
+    the left row's time)."""
+    left, right = side(spark, workdir / "l", LEFT), side(spark, workdir / "r", RIGHT)
+    for ls, rs in BATCHES:
+        left.add([(k, at(t), p) for k, t, p in ls])
+        right.add([(k, at(t), p) for k, t, p in rs])
+    pairs = kw.interval_join(left.stream(), right.stream(), how="inner", **OPTIONS)
+    windows = (kw.keyed_watermark(pairs.where(F.col("join_status") == "joined"), key="device", event_time="ts",
+                                  lateness="10 seconds", max_skew="unbounded")
+               .window("30 seconds").agg(F.count("*").alias("n"), F.max("code").alias("code")))
+    got = []
+    query = (windows.writeStream.foreachBatch(lambda df, _: got.extend(df.collect())).trigger(availableNow=True)
+             .option("checkpointLocation", str(workdir / "cp")).start())
+    query.awaitTermination()
+    assert query.exception() is None
+
+    join = run_interval_model(BATCHES, BEFORE, AFTER, LATENESS, how="inner")
+    per_batch: List[List[Row]] = [[] for _ in BATCHES]
+    for o in join.out:
+        if o.status == "joined":
+            per_batch[o.batch].append((o.left[0], o.left[1], o.right[2]))
+    model = run_model(per_batch, 10 * S, 30 * S, max_skew=None)
+    expected = sorted((w.key, w.start, len(w.values), max(w.values)) for w in model.emitted)
+    # Collected timestamps are naive local times (pyspark's conversion); .timestamp() reads them back.
+    assert sorted((r.device, round(r.window.start.timestamp()) * S, r.n, r.code) for r in got) == expected
+    assert len(expected) >= 3, expected
 
 
 def _on_time(batches: List[Tuple[List[Row], List[Row]]]) -> Set[object]:

@@ -1,7 +1,8 @@
 """Spark upgrades keep state (docs/semantics.md, "Upgrades"): a checkpoint written on an older
 Spark line resumes on every newer line, one line at a time (4.0 -> 4.1 -> 4.2 -> 4.3) or skipping
 lines (4.0 -> 4.2 -> 4.3, 4.0 -> 4.3, 4.1 -> 4.3), with the same results as an uninterrupted run,
-for tumbling, sliding and session windows and a timer policy (max_skew: event-time timers).
+for tumbling, sliding and session windows, a timer policy (max_skew: event-time timers) and the
+keyed interval join.
 A downgrade (a checkpoint last written by 4.3 resumed on 4.0) works too, with the same results.
 
 Runs once, in the main line's suite (not all_versions): the older lines run as subprocesses in
@@ -19,7 +20,8 @@ from pathlib import Path
 import state_queries as sq
 
 ROOT = Path(__file__).resolve().parent.parent
-KINDS = ["tumbling", "sliding", "session", "timers"]
+WINDOW_KINDS = ["tumbling", "sliding", "session", "timers"]
+KINDS = WINDOW_KINDS + ["interval_join"]
 # Files added before each step: two, then one per step (one micro-batch per file).
 STAGES = [2, 1, 1, 1, 1]
 
@@ -73,7 +75,7 @@ def test_checkpoints_resume_on_every_newer_spark_line_and_on_an_older_one(spark,
     # The keyed stage's record (docs/semantics.md, "Upgrades") written by 4.0's first batch binds
     # on every newer line: each of them resumed against it, and none wrote its own.
     for name in ("chain", "4.0-4.2-4.3", "4.0-4.3", "4.1-4.3"):
-        for kind in KINDS:
+        for kind in WINDOW_KINDS:
             record = json.loads((workdir / name / "ckpt" / kind / "state" / "0" / "_keyed_watermarks.json").read_text())
             assert record["batch"] == 0, (name, kind, record)
     copy_run(workdir, "chain", "down")
