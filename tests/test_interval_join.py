@@ -233,3 +233,21 @@ def test_interval_join_refuses_bad_input(spark: SparkSession, workdir: Path) -> 
             l_df=lf.withColumn("ts", F.col("temp").cast("long")))
     refused("column 'code' is in both left and right", l_df=lf.withColumn("code", F.lit("x")))
     refused("right must be a streaming DataFrame", r_df=spark.createDataFrame([], RIGHT))
+
+
+def test_right_row_alone_with_a_null_key_beside_a_non_nullable_left_key(spark: SparkSession, workdir: Path) -> None:
+    """A right row alone (invalid: null key) carries its key in the left side's key column,
+    which is nullable in the output when either side's is (here only the right side's)."""
+    left, right = side(spark, workdir / "l", LEFT), side(spark, workdir / "r", RIGHT)
+    left.add([("a", at(s(10)), 1)])
+    right.add([(None, at(s(10)), "n1"), ("a", at(s(12)), "a1")])
+    non_null = left.stream().withColumn("device", F.coalesce(F.col("device"), F.lit("?")))
+    joined = kw.interval_join(non_null, right.stream(), how="inner", **OPTIONS)
+    assert not non_null.schema["device"].nullable and joined.schema["device"].nullable
+    got: List[tuple] = []
+    query = (joined.writeStream.foreachBatch(lambda df, _: got.extend(df.collect())).trigger(availableNow=True)
+             .option("checkpointLocation", str(workdir / "cp")).start())
+    query.awaitTermination()
+    assert query.exception() is None
+    assert sorted((r.device or "", r.temp, r.code, r.join_status) for r in got) == [
+        ("", None, "n1", "invalid"), ("a", 1, "a1", "joined")]

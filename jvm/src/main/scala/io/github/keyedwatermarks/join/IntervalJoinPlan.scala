@@ -40,8 +40,11 @@ private[keyedwatermarks] object IntervalJoinPlan {
       keys.map(k => (left.schema.fieldIndex(k), right.schema.fieldIndex(k))).toArray)
     val op = Operator(left.schema, right.schema, JoinInputs.Layout(keys.size), bounds, kind, output)
     val (both, keySchema) = JoinInputs.union(keys, leftSide, rightSide)
-    // A row of the right side alone (late, invalid) has null left columns but its keys.
-    val schema = StructType(left.schema.fields.map(f => f.copy(nullable = f.nullable || !keys.contains(f.name))) ++
+    // A row of the right side alone (late, invalid) has null left columns but its keys, which
+    // are the right side's: a key column is nullable when it is on either side.
+    def nullable(f: StructField): Boolean =
+      if (keys.contains(f.name)) f.nullable || right.schema(f.name).nullable else true
+    val schema = StructType(left.schema.fields.map(f => f.copy(nullable = nullable(f))) ++
       rightOutput.map(_._1.copy(nullable = true)) :+
       StructField(JoinInputs.StatusColumn, StringType, nullable = false))
     both.groupBy(keySchema.fieldNames.toIndexedSeq.map(F.col): _*)
