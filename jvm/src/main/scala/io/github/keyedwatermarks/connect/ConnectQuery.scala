@@ -14,10 +14,10 @@ import io.github.keyedwatermarks.spec.QueryOptions
 
 /**
  * A [[KeyedWatermarksRelation]] as a logical plan: the same calls as the py4j entry points
- * (`io.github.keyedwatermarks.python.PythonAPI`, `KeyedAsOfJoin`, `KeyedIntervalJoin`), with the
- * input relations and the Columns
- * converted by the session's Connect planner. So a Connect session plans the very same query,
- * and bad input raises the very same exceptions, as a classic one.
+ * (`io.github.keyedwatermarks.python.PythonAPI`, `KeyedAsOfJoin`, `KeyedIntervalJoin`), with
+ * the input relations and the Columns converted by the session's Connect planner. So a Connect
+ * session plans the very same query, and bad input raises the very same exceptions, as a
+ * classic one.
  */
 object ConnectQuery {
 

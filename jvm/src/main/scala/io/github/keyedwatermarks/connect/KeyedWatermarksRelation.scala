@@ -66,8 +66,8 @@ object KeyedWatermarksRelation {
             case 2 => ValidateWindows
             case 3 => AsOfJoin
             case 4 => IntervalJoin
-            case other => throw new IllegalArgumentException(
-                s"$TypeName: unknown step $other (a newer client than this server's keyed-watermarks jar?)")
+            case unknown => throw new IllegalArgumentException(
+                s"$TypeName: unknown step $unknown (a newer client than this server's keyed-watermarks jar?)")
           }
         case OtherField => other = Some(proto.Relation.parseFrom(in.readBytes()))
         case _ => in.skipField(tag) // proto3: fields a newer client adds are ignored
