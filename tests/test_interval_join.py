@@ -20,7 +20,7 @@ import keyed_watermarks as kw
 
 from interval_join_model import Row, run_interval_model
 from reference_model import run_model
-from support import Replay
+from support import Replay, start_to_end
 
 S = 1_000_000
 LEFT = "device STRING, ts TIMESTAMP, temp INT"
@@ -84,10 +84,7 @@ def _run(spark: SparkSession, workdir: Path, parts: List[List[Tuple[List[Row], L
         if left_watermark is not None:
             left_stream = left_stream.withWatermark("ts", left_watermark)
         joined = kw.interval_join(left_stream, right.stream(), how=how, **OPTIONS)
-        query = (joined.writeStream.foreachBatch(collect).trigger(availableNow=True)
-                 .option("checkpointLocation", str(workdir / "cp")).start())
-        query.awaitTermination()
-        assert query.exception() is None
+        start_to_end(joined.writeStream.foreachBatch(collect), workdir / "cp")
     return got
 
 
@@ -142,10 +139,7 @@ def test_interval_join_then_keyed_window(spark: SparkSession, workdir: Path) -> 
                                   lateness="10 seconds", max_skew="unbounded")
                .window("30 seconds").agg(F.count("*").alias("n"), F.max("code").alias("code")))
     got = []
-    query = (windows.writeStream.foreachBatch(lambda df, _: got.extend(df.collect())).trigger(availableNow=True)
-             .option("checkpointLocation", str(workdir / "cp")).start())
-    query.awaitTermination()
-    assert query.exception() is None
+    start_to_end(windows.writeStream.foreachBatch(lambda df, _: got.extend(df.collect())), workdir / "cp")
 
     join = run_interval_model(BATCHES, BEFORE, AFTER, LATENESS, how="inner")
     per_batch: List[List[Row]] = [[] for _ in BATCHES]
@@ -204,10 +198,9 @@ def test_in_step_inner_join_equals_spark_stream_stream_join(spark: SparkSession,
     spark_join = lw.join(rw, F.expr(
         "l.device = r.device AND r.raised_at BETWEEN l.ts - INTERVAL 10 SECONDS AND l.ts + INTERVAL 30 SECONDS"))
     theirs: Set[Tuple[int, str]] = set()
-    query = (spark_join.select("l.temp", "r.code").writeStream
-             .foreachBatch(lambda df, _: theirs.update((r.temp, r.code) for r in df.collect()))
-             .trigger(availableNow=True).option("checkpointLocation", str(workdir / "cp-spark")).start())
-    query.awaitTermination()
+    start_to_end(spark_join.select("l.temp", "r.code").writeStream
+                 .foreachBatch(lambda df, _: theirs.update((r.temp, r.code) for r in df.collect())),
+                 workdir / "cp-spark")
     assert theirs == ours
     assert len(ours) >= 12
 
@@ -245,9 +238,6 @@ def test_right_row_alone_with_a_null_key_beside_a_non_nullable_left_key(spark: S
     joined = kw.interval_join(non_null, right.stream(), how="inner", **OPTIONS)
     assert not non_null.schema["device"].nullable and joined.schema["device"].nullable
     got: List[tuple] = []
-    query = (joined.writeStream.foreachBatch(lambda df, _: got.extend(df.collect())).trigger(availableNow=True)
-             .option("checkpointLocation", str(workdir / "cp")).start())
-    query.awaitTermination()
-    assert query.exception() is None
+    start_to_end(joined.writeStream.foreachBatch(lambda df, _: got.extend(df.collect())), workdir / "cp")
     assert sorted((r.device or "", r.temp, r.code, r.join_status) for r in got) == [
         ("", None, "n1", "invalid"), ("a", 1, "a1", "joined")]
