@@ -53,8 +53,10 @@ private[keyedwatermarks] final class IntervalJoinProcessor(plan: IntervalJoinPla
         }
       }
     }
-    val keptLefts = if (newRights.nonEmpty || maxRight != maxRightBefore) state.leftRows() else Vector.empty
-    val keptRights = if (newLefts.nonEmpty || maxLeft != maxLeftBefore) state.rightRows() else Vector.empty
+    // Only a new on-time row of one side can pair with, or release, the other side's kept rows:
+    // a late row is below its side's max, so it never moves the watermark.
+    val keptLefts = if (newRights.nonEmpty) state.leftRows() else Vector.empty
+    val keptRights = if (newLefts.nonEmpty) state.rightRows() else Vector.empty
     // Each pair once, in the batch of its later row: new lefts with every right (kept and new),
     // new rights with the kept lefts.
     val rights = (keptRights ++ newRights).sortBy(_.time)
