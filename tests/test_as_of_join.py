@@ -18,7 +18,7 @@ import keyed_watermarks as kw
 
 from join_model import Row, run_join_model
 from reference_model import run_model
-from support import Replay
+from support import Replay, start_to_end
 
 S = 1_000_000
 READINGS = "device STRING, ts TIMESTAMP, temp INT"
@@ -73,10 +73,7 @@ def test_as_of_join_streaming_matches_model_and_spark(spark: SparkSession, workd
             versions.add([(k, at(t), p) for k, t, p in vs])
         joined = kw.as_of_join(readings.stream(), versions.stream(), key="device", reading_time="ts",
                                version_time="valid_from", lateness="30 seconds", versions_delay="5 seconds")
-        query = (joined.writeStream.foreachBatch(collect).trigger(availableNow=True)
-                 .option("checkpointLocation", str(workdir / "cp")).start())
-        query.awaitTermination()
-        assert query.exception() is None
+        start_to_end(joined.writeStream.foreachBatch(collect), workdir / "cp")
 
     # Each part ends with Spark's no-data batch (its watermark advanced).
     model = run_join_model(BATCHES[:3] + [((), ())] + BATCHES[3:], LATENESS, DELAY)
@@ -123,10 +120,7 @@ def test_as_of_join_then_keyed_window(spark: SparkSession, workdir: Path) -> Non
                                   lateness="10 seconds", max_skew="unbounded")
                .window("1 minute").agg(F.count("*").alias("n"), F.max("firmware").alias("firmware")))
     got = []
-    query = (windows.writeStream.foreachBatch(lambda df, _: got.extend(df.collect())).trigger(availableNow=True)
-             .option("checkpointLocation", str(workdir / "cp")).start())
-    query.awaitTermination()
-    assert query.exception() is None
+    start_to_end(windows.writeStream.foreachBatch(lambda df, _: got.extend(df.collect())), workdir / "cp")
 
     join = run_join_model(BATCHES, LATENESS, DELAY)
     per_batch: List[List[Row]] = [[] for _ in join.watermarks_ms]
