@@ -93,6 +93,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
+from harness.session import base_builder, close_session, start_session  # noqa: E402
 from iot_demo import T0_EPOCH_S, Config, generate  # noqa: E402
 
 SECOND = 1_000_000  # micros
@@ -287,25 +288,8 @@ def held_rows_model(s: Streams, lateness_us: int) -> List[int]:
 # ------------------------------------------------------------------------------------------------
 
 def build_session(driver_memory: str):
-    from pyspark.sql import SparkSession
-
-    import keyed_watermarks as kw
-
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("keyed-watermarks-joins")
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
-    )
-    spark = kw.configure(builder).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    """The benchmarks' session (harness/session.py), every progress report of a query kept."""
+    return start_session(base_builder(driver_memory, app_name="keyed-watermarks-joins", recent_progress=100_000))
 
 
 def sides(spark, root: Path):
@@ -540,11 +524,8 @@ def delayed_mode(args, command: str) -> Tuple[str, dict, bool]:
                 results.append(r)
                 log(f"{tag}: {r['joined']:,} of {r['oracle']:,} pairs, {r['lost']:,} lost, {r['late_rows']:,} late rows, "
                     f"{r['wall_s']:.1f} s")
-        spark_version = spark.version
-        java_version = spark.sparkContext._jvm.System.getProperty("java.version")
     finally:
-        spark.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        java_version, spark_version = close_session(spark, work, keep_work=False)
     problems = []
     for r in results:
         if r["method"] != "ours":
@@ -617,11 +598,8 @@ def throughput_mode(args, command: str) -> Tuple[str, dict, bool]:
                 what = f"warm-up {i + 1}/{args.warmups}" if warmup else f"run {i - args.warmups + 1}/{args.runs}"
                 log(f"{what} {method}: {run['wall']:.1f} s, {rows_in / run['wall']:,.0f} rows/s, "
                     f"{pairs:,} pairs")
-        spark_version = spark.version
-        java_version = spark.sparkContext._jvm.System.getProperty("java.version")
     finally:
-        spark.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        java_version, spark_version = close_session(spark, work, keep_work=False)
     wrong = [r for r in runs if r["pairs"] != expected]
     for r in wrong:
         print(f"PAIRS DIFFER: {r['method']} run {r['run']}: {r['pairs']:,} pairs, oracle {expected:,}", file=sys.stderr)

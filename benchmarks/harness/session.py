@@ -1,4 +1,7 @@
-"""The benchmark SparkSession (the same for every method) and its teardown."""
+"""The benchmark SparkSession (the same for every method) and its teardown: base_builder holds
+the session settings common to every benchmark (run_benchmarks.py's methods, joins.py), and
+start_session starts one with the library; build_session is the harness' session on top of
+them (its Python workers, --conf, extra jars, profiling)."""
 
 from __future__ import annotations
 
@@ -16,27 +19,44 @@ import keyed_watermarks as kw
 HERE = Path(__file__).resolve().parent.parent
 
 
-def build_session(driver_memory: str, changelog: bool, profile: bool = False,
-                  jar: Optional[str] = None, conf: Sequence[str] = (),
-                  extra_jars: Sequence[str] = ()) -> SparkSession:
-    # Python workers (the competitor) must run this interpreter (pandas, numpy, pyarrow).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # pyspark 4.3 warns about pandas >= 3 in every worker; keep the log readable.
-    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
-    builder = (
+def base_builder(driver_memory: str, app_name: str = "keyed-watermarks-benchmarks",
+                 recent_progress: int = 10_000) -> SparkSession.Builder:
+    """The settings of every benchmark's session: local[2], 2 shuffle partitions, AQE off, no UI
+    or console progress, UTC; `recent_progress` progress reports kept per query (a benchmark
+    that reads them all after the query keeps enough for its micro-batches)."""
+    return (
         SparkSession.builder.master("local[2]")
-        .appName("keyed-watermarks-benchmarks")
+        .appName(app_name)
         .config("spark.driver.memory", driver_memory)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        .config("spark.sql.streaming.numRecentProgressUpdates", str(recent_progress))
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
-                "true" if changelog else "false")
     )
+
+
+def start_session(builder: SparkSession.Builder) -> SparkSession:
+    """Starts `builder`'s session with the library (kw.configure: its jar, planner extension and
+    the RocksDB state store provider), logging errors only."""
+    spark = kw.configure(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def build_session(driver_memory: str, changelog: bool, profile: bool = False,
+                  jar: Optional[str] = None, conf: Sequence[str] = (),
+                  extra_jars: Sequence[str] = ()) -> SparkSession:
+    """run_benchmarks.py's session: base_builder's, RocksDB changelog checkpointing on or off,
+    the Python competitors' workers set up."""
+    # Python workers (the competitor) must run this interpreter (pandas, numpy, pyarrow).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # pyspark 4.3 warns about pandas >= 3 in every worker; keep the log readable.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    builder = base_builder(driver_memory).config(
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true" if changelog else "false")
     for kv in conf:  # --conf: A/B of a Spark setting, for every method alike
         key, eq, value = kv.partition("=")
         if not eq or not key.strip():
@@ -50,8 +70,7 @@ def build_session(driver_memory: str, changelog: bool, profile: bool = False,
     if jar:
         import keyed_watermarks._jvm as kwjvm
         kwjvm.jar_path = lambda: str(Path(jar).resolve())
-    spark = kw.configure(builder).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = start_session(builder)
     # The competitor's function is pickled by reference: ship its module to the Python workers.
     spark.sparkContext.addPyFile(str(HERE / "python_keyed.py"))
     # transformWithStateInPandas also unpickles the processor in a driver-side Python worker
