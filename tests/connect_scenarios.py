@@ -123,7 +123,8 @@ JOINS: Dict[str, Callable[[DataFrame], DataFrame]] = {
                                           lateness="5 seconds"),
     "interval_join": lambda e: kw.interval_join(e.where(F.col("gw") == "g1"), _g2(e, "ts2", "temp2"), key="device",
                                                 left_time="ts", right_time="ts2", before="5 seconds",
-                                                after="5 seconds", lateness="5 seconds", how="left_outer"),
+                                                after="5 seconds", lateness="5 seconds", how="left_outer",
+                                                name="pairs"),
 }
 
 # The stage whose windows a query writes, when it has several (kw.metrics' "stages", by name).
@@ -275,6 +276,9 @@ BAD_INPUTS: Dict[str, Callable[[DataFrame, DataFrame], Any]] = {
     "interval_join_batch_side": lambda e, b: kw.interval_join(
         e, _g2(b, "ts2", "temp2"), key="device", left_time="ts", right_time="ts2", before="1 second",
         after="1 second", lateness="1 second"),
+    "interval_join_bad_name": lambda e, b: kw.interval_join(
+        e, _g2(e, "ts2", "temp2"), key="device", left_time="ts", right_time="ts2", before="1 second",
+        after="1 second", lateness="1 second", name="two words"),
 }
 
 _KINDS = (IllegalArgumentException, AnalysisException, PySparkTypeError, PySparkValueError, PySparkRuntimeError)

@@ -105,12 +105,20 @@ def test_query_results_are_identical(classic, connect, name):
 @pytest.mark.parametrize("name", list(scenarios.JOINS))
 def test_join_results_are_identical(classic, connect, name):
     """The per-key joins: the same columns and rows in each micro-batch (the server plugin
-    plans them with the same Scala calls as the py4j entry points)."""
+    plans them with the same Scala calls as the py4j entry points), and the same metrics, under
+    the join's name when it has one (the interval join's travels in the Connect message)."""
     ours, theirs = classic[name], connect.get()[name]
     assert theirs["columns"] == ours["columns"]
     assert theirs["rows"] == ours["rows"], name
     statuses = {r["join_status"] for rows in ours["rows"].values() for r in rows}
     assert "joined" in statuses and len(statuses) >= 2, statuses
+    assert theirs["progress"] == ours["progress"], name
+    join_name = "pairs" if name == "interval_join" else ""
+    for batch, p in ours["progress"].items():
+        counts = p["metrics"]["joins"][join_name]
+        written = ours["rows"].get(batch, [])
+        assert {s: counts[f"{s}_rows"] for s in statuses} == {
+            s: sum(1 for r in written if r["join_status"] == s) for s in statuses}, (name, batch)
 
 
 def _assert_every_pane_kind(rows_per_batch):

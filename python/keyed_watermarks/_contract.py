@@ -22,6 +22,8 @@ REPORT_KINDS = ("window", "late", "late_row", "invalid_row", "watermark")
 #: The observed-metrics groups in a query's progress.
 INPUT_METRICS = "keyed_watermarks_input"
 OUTPUT_METRICS = "keyed_watermarks_output"
+#: The per-key joins' group (``keyed_watermarks_join.<name>`` for a named join).
+JOIN_METRICS = "keyed_watermarks_join"
 #: Between a group's name and a named keyed stage's name: ``keyed_watermarks_input.site``.
 STAGE_SEPARATOR = "."
 
@@ -62,6 +64,7 @@ def as_dict() -> dict:
         "report_kinds": list(REPORT_KINDS),
         "input_metrics": INPUT_METRICS,
         "output_metrics": OUTPUT_METRICS,
+        "join_metrics": JOIN_METRICS,
         "stage_separator": STAGE_SEPARATOR,
         "key_state_variable": KEY_STATE_VARIABLE,
         "key_state_fields": list(KEY_STATE_FIELDS),

@@ -5,7 +5,7 @@ join, rows of two streams of the same key within a time interval of each other
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from pyspark.errors import PySparkTypeError
 from pyspark.sql import DataFrame
@@ -25,6 +25,7 @@ def as_of_join(
     version_time: str,
     lateness: Duration,
     versions_delay: Duration = "0 seconds",
+    name: Optional[str] = None,
 ) -> DataFrame:
     """Joins each reading to the version of its key valid at the reading's time: the version
     with the greatest ``version_time`` at or before the reading's ``reading_time``.
@@ -38,6 +39,9 @@ def as_of_join(
     :param lateness: a key's readings are late below its max reading time minus this.
     :param versions_delay: the versions stream's watermark is its max version time minus this
         (Spark's watermark, defined on the versions side); a reading is held until it passes.
+    :param name: the join's name in its metrics, ``observedMetrics["keyed_watermarks_join.<name>"]``
+        (default: none for the query's first join, ``"keyed_watermarks_join"``, else the key
+        columns joined with ``_``); letters, digits and ``_``.
     :returns: a streaming DataFrame: the readings' columns, the versions' columns other than the
         keys (null without a version), and ``join_status`` (``"joined"``, ``"no_version"``,
         ``"late"`` or ``"invalid"``); one row per reading.
@@ -62,13 +66,15 @@ def as_of_join(
     keys = _keys(key, "as_of_join")
     arguments = dict(reading_time=reading_time, version_time=version_time, lateness=_duration("lateness", lateness),
                      versions_delay=_duration("versions_delay", versions_delay))
+    _check_name(name, "as_of_join")
     if _on_connect(readings, versions, "as_of_join"):
         from keyed_watermarks.connect import message
         from keyed_watermarks.connect.backend import ConnectBackend
 
-        return ConnectBackend(readings).join(readings, versions, {"key": keys, **arguments}, message.AS_OF_JOIN)
+        return ConnectBackend(readings).join(
+            readings, versions, {"key": keys, **arguments, **_named(name)}, message.AS_OF_JOIN)
     entry = getattr(_jvm(readings), _SCALA_ENTRY)
-    jdf = entry.fromPython(readings._jdf, versions._jdf, _java_list(readings, keys), *arguments.values())
+    jdf = entry.fromPython(readings._jdf, versions._jdf, _java_list(readings, keys), *arguments.values(), name)
     return DataFrame(jdf, readings.sparkSession)
 
 
@@ -82,6 +88,7 @@ def interval_join(
     after: Duration,
     lateness: Duration,
     how: str = "inner",
+    name: Optional[str] = None,
 ) -> DataFrame:
     """Joins each left row to the right rows of its key whose ``right_time`` is at most
     ``before`` before and at most ``after`` after its ``left_time`` (both bounds included).
@@ -99,6 +106,7 @@ def interval_join(
     :param lateness: each side's watermark per key is its max time minus this.
     :param how: ``"inner"`` (matched pairs) or ``"left_outer"`` (also each left row that never
         matched, once its key's right watermark is past ``left_time + after``).
+    :param name: the join's name in its metrics, as for :func:`as_of_join`.
     :returns: a streaming DataFrame: the left side's columns, the right side's other than the
         keys, and ``join_status``: ``"joined"`` (a pair), ``"unmatched"`` (left outer: a left
         row with no match, right columns null), ``"late"`` or ``"invalid"`` (a null key or
@@ -124,13 +132,14 @@ def interval_join(
     keys = _keys(key, "interval_join")
     arguments = dict(left_time=left_time, right_time=right_time, before=_duration("before", before),
                      after=_duration("after", after), lateness=_duration("lateness", lateness), how=how)
+    _check_name(name, "interval_join")
     if _on_connect(left, right, "interval_join"):
         from keyed_watermarks.connect import message
         from keyed_watermarks.connect.backend import ConnectBackend
 
-        return ConnectBackend(left).join(left, right, {"key": keys, **arguments}, message.INTERVAL_JOIN)
+        return ConnectBackend(left).join(left, right, {"key": keys, **arguments, **_named(name)}, message.INTERVAL_JOIN)
     entry = getattr(_jvm(left), _SCALA_INTERVAL_ENTRY)
-    jdf = entry.fromPython(left._jdf, right._jdf, _java_list(left, keys), *arguments.values())
+    jdf = entry.fromPython(left._jdf, right._jdf, _java_list(left, keys), *arguments.values(), name)
     return DataFrame(jdf, left.sparkSession)
 
 
@@ -139,6 +148,16 @@ def _keys(key: Union[str, Sequence[str]], fn: str) -> List[str]:
     if not keys or not all(isinstance(k, str) for k in keys):
         raise PySparkTypeError(message=f"{fn}: key must be a column name or a list of names, got {key!r}")
     return keys
+
+
+def _check_name(name: Optional[str], fn: str) -> None:
+    if name is not None and not isinstance(name, str):
+        raise PySparkTypeError(message=f"{fn}: name must be a string, got {name!r}")
+
+
+def _named(name: Optional[str]) -> Dict[str, str]:
+    """The ``name`` option of a join's Connect message: absent when none was given."""
+    return {} if name is None else {"name": name}
 
 
 def _on_connect(first: DataFrame, second: DataFrame, fn: str) -> bool:

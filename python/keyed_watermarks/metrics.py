@@ -7,7 +7,7 @@ from typing import Any, Dict, Mapping
 
 from pyspark.errors import PySparkTypeError
 
-from keyed_watermarks._contract import INPUT_METRICS, OUTPUT_METRICS, STAGE_SEPARATOR
+from keyed_watermarks._contract import INPUT_METRICS, JOIN_METRICS, OUTPUT_METRICS, STAGE_SEPARATOR
 
 
 def metrics(progress: Any) -> Dict[str, Any]:
@@ -30,6 +30,10 @@ def metrics(progress: Any) -> Dict[str, Any]:
     the first stage's counts, and ``state_rows`` is the first keyed operator's in Spark's
     progress (``stateOperators``).
 
+    A query with per-key joins (``kw.as_of_join``, ``kw.interval_join``) gets ``joins``: each
+    join's counts (``keyed_watermarks_join``: rows of each status, keys handled, most rows a
+    key holds, watermark lags) by its name, the first unnamed join under ``""``.
+
     On a running query, ``kw.metrics(query.lastProgress)["late_rows"]``. From a progress's JSON
     (here cut down to two observed fields):
 
@@ -42,16 +46,19 @@ def metrics(progress: Any) -> Dict[str, Any]:
     out: Dict[str, Any] = {"batch_id": _field(progress, "batchId")}
     observed = _field(progress, "observedMetrics") or {}
     stages: Dict[str, Dict[str, Any]] = {}
+    joins: Dict[str, Dict[str, Any]] = {}
     for metric, row in observed.items():
-        for base in (INPUT_METRICS, OUTPUT_METRICS):
+        for base, named in ((INPUT_METRICS, stages), (OUTPUT_METRICS, stages), (JOIN_METRICS, joins)):
             if metric == base or metric.startswith(base + STAGE_SEPARATOR):
-                stages.setdefault(metric[len(base) + 1 :], {}).update(_row(row))
+                named.setdefault(metric[len(base) + 1 :], {}).update(_row(row))
     # The query's first (unnamed) stage, or its only one, at the top level as before stages had
     # names; every stage, the first one under "", in "stages" when there are several.
     if "" in stages or len(stages) == 1:
         out.update(stages.get("", next(iter(stages.values()), {})))
     if len(stages) > 1:
         out["stages"] = stages
+    if joins:
+        out["joins"] = joins
     operators = _field(progress, "stateOperators") or []
     keyed = [op for op in operators if _field(op, "operatorName") == "transformWithStateExec"]
     if keyed:

@@ -10,7 +10,8 @@ import io.github.keyedwatermarks.join.AsOfJoinPlan
  * The Scala API of the per-key as-of join (docs/semantics.md, "As-of join"): each reading
  * joined to the version of its key valid at the reading's event time, held until the versions
  * stream's watermark (max version time - `versionsDelay`) passes it; a key's lateness is its
- * own (max reading time - `lateness`). Bad input fails here, before any query starts.
+ * own (max reading time - `lateness`). `name` names the join's metrics (`keyed_watermarks_join.<name>`;
+ * see [[io.github.keyedwatermarks.join.JoinMetrics]]). Bad input fails here, before any query starts.
  *
  * {{{
  * import io.github.keyedwatermarks.KeyedAsOfJoin
@@ -20,11 +21,11 @@ import io.github.keyedwatermarks.join.AsOfJoinPlan
  */
 object KeyedAsOfJoin {
   def apply(readings: DataFrame, versions: DataFrame, keys: Seq[String], readingTime: String, versionTime: String,
-      lateness: String, versionsDelay: String): DataFrame =
-    AsOfJoinPlan.plan(readings, versions, keys, readingTime, versionTime, lateness, versionsDelay)
+      lateness: String, versionsDelay: String, name: Option[String] = None): DataFrame =
+    AsOfJoinPlan.plan(readings, versions, keys, readingTime, versionTime, lateness, versionsDelay, name)
 
-  /** The same, for py4j (a Java list of key names). */
+  /** The same, for py4j (a Java list of key names; `name` null for none). */
   def fromPython(readings: DataFrame, versions: DataFrame, keys: java.util.List[String], readingTime: String,
-      versionTime: String, lateness: String, versionsDelay: String): DataFrame =
-    apply(readings, versions, keys.asScala.toSeq, readingTime, versionTime, lateness, versionsDelay)
+      versionTime: String, lateness: String, versionsDelay: String, name: String): DataFrame =
+    apply(readings, versions, keys.asScala.toSeq, readingTime, versionTime, lateness, versionsDelay, Option(name))
 }

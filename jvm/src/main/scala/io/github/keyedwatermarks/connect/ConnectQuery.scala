@@ -41,11 +41,11 @@ object ConnectQuery {
       case KeyedWatermarksRelation.AsOfJoin =>
         val a = QueryOptions.joinArguments(message.options, AsOfJoinArguments)
         KeyedAsOfJoin(events, second(message, planner), a.keys, a("reading_time"), a("version_time"),
-          a("lateness"), a("versions_delay")).queryExecution.logical
+          a("lateness"), a("versions_delay"), a.name).queryExecution.logical
       case KeyedWatermarksRelation.IntervalJoin =>
         val a = QueryOptions.joinArguments(message.options, IntervalJoinArguments)
         KeyedIntervalJoin(events, second(message, planner), a.keys, a("left_time"), a("right_time"), a("before"),
-          a("after"), a("lateness"), a("how")).queryExecution.logical
+          a("after"), a("lateness"), a("how"), a.name).queryExecution.logical
     }
   }
 

@@ -46,6 +46,8 @@ object Contract {
   /** The observed-metrics groups of a query's progress. */
   val InputMetrics = "keyed_watermarks_input"
   val OutputMetrics = "keyed_watermarks_output"
+  /** The per-key joins' group (`keyed_watermarks_join.<name>` for a named join). */
+  val JoinMetrics = "keyed_watermarks_join"
   /** Between a group's name and a named keyed stage's name: `keyed_watermarks_input.site`. */
   val StageSeparator = "."
 
@@ -72,6 +74,7 @@ object Contract {
       "report_kinds" -> Kinds.All.asJava,
       "input_metrics" -> InputMetrics,
       "output_metrics" -> OutputMetrics,
+      "join_metrics" -> JoinMetrics,
       "stage_separator" -> StageSeparator,
       "key_state_variable" -> KeyStateVariable,
       "key_state_fields" -> KeyStateFields.asJava,

@@ -14,7 +14,8 @@ import io.github.keyedwatermarks.spec.DurationOption
  * the second).
  * Spark's watermark is defined on the versions side only (`versions_delay`) and no column of the
  * operator's input carries it, so Spark drops no row on the join's behalf: the processor reads
- * it as the versions watermark that releases held readings.
+ * it as the versions watermark that releases held readings. The join's metrics are observed on
+ * its output ([[JoinMetrics]]).
  */
 private[keyedwatermarks] object AsOfJoinPlan {
   private val Fn = "as_of_join"
@@ -38,7 +39,7 @@ private[keyedwatermarks] object AsOfJoinPlan {
   }
 
   def plan(readings: DataFrame, versions: DataFrame, keys: Seq[String], readingTime: String, versionTime: String,
-      lateness: String, versionsDelay: String): DataFrame = {
+      lateness: String, versionsDelay: String, name: Option[String] = None): DataFrame = {
     val latenessOption = DurationOption.nonNegative("lateness", lateness)
     val delay = DurationOption.nonNegative("versions_delay", versionsDelay)
     val readingSide = JoinInputs.Side("readings", readings, readingTime, "reading_time")
@@ -55,10 +56,12 @@ private[keyedwatermarks] object AsOfJoinPlan {
       JoinInputs.Side("versions", watermarked, versionTime, "version_time"))
     val output = StructType(readings.schema.fields ++
       versionOutput.map(_._1.copy(nullable = true)) :+ StructField(StatusColumn, StringType, nullable = false))
-    both.groupBy(keySchema.fieldNames.toIndexedSeq.map(F.col): _*)
+    val metricsName = JoinMetrics.name(name, keys, both)
+    val out = both.groupBy(keySchema.fieldNames.toIndexedSeq.map(F.col): _*)
       .as(Encoders.row(keySchema), Encoders.row(both.schema))
       .transformWithState(new AsOfJoinProcessor(op), TimeMode.EventTime(), OutputMode.Append())(
-        Encoders.row(output))
+        Encoders.row(JoinMetrics.operatorSchema(output)))
       .toDF()
+    JoinMetrics.observed(out, metricsName, Seq(Joined, NoVersion, Late, Invalid), output)
   }
 }

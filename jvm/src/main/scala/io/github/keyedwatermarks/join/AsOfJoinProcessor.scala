@@ -12,6 +12,7 @@ import org.apache.spark.sql.streaming.{ExpiredTimerInfo, OutputMode, StatefulPro
  * held readings and no rows: versions go into the key's state, readings are late or held, then
  * the held readings the versions watermark passed are joined and emitted, and the key's
  * versions are pruned to its horizon (docs/semantics.md, "As-of join"; the rule: [[AsOfRule]]).
+ * Each call ends with the key's metrics row ([[JoinMetrics]]).
  */
 private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operator)
     extends StatefulProcessor[Row, Row, Row] {
@@ -48,14 +49,16 @@ private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operat
       }
     }
     if (max != maxBefore) max.foreach(state.storeMaxReading) // it only grows: never back to none
-    step(state.heldReadings(), newlyHeld.toVector, versionsBefore, versions, max, timerValues, out)
+    step(state.heldReadings(), newlyHeld.toVector, versionsBefore, versions, max, timerValues, out, keyRow = true)
   }
 
   override def handleExpiredTimer(
       key: Row, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo): Iterator[Row] = {
     val versions = state.keyVersions()
+    // A timer that releases nothing fired for a key whose rows of this batch released its
+    // readings already (its call came first): that key has its metrics row, from that call.
     step(state.heldReadings(), Vector.empty, versions, versions, state.maxReading(), timerValues,
-      mutable.ArrayBuffer.empty)
+      mutable.ArrayBuffer.empty, keyRow = false)
   }
 
   /**
@@ -69,7 +72,7 @@ private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operat
    */
   private def step(heldBefore: Vector[(Long, Row)], newlyHeld: Vector[(Long, Row)],
       versionsBefore: Vector[AsOfRule.Version[Row]], versionsIn: Vector[AsOfRule.Version[Row]],
-      max: Option[Long], timerValues: TimerValues, out: mutable.ArrayBuffer[Row]): Iterator[Row] = {
+      max: Option[Long], timerValues: TimerValues, out: mutable.ArrayBuffer[Row], keyRow: Boolean): Iterator[Row] = {
     val watermarkMs = timerValues.getCurrentWatermarkInMs()
     def isReleased(h: (Long, Row)): Boolean = AsOfRule.released(h._1, watermarkMs)
     val (releaseBefore, keepBefore) = heldBefore.partition(isReleased)
@@ -89,6 +92,10 @@ private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operat
       keepNew.iterator.map { case (t, _) => AsOfRule.timerMs(t) }.toSet.diff(registered)
         .foreach(ms => getHandle.registerTimer(ms))
     }
+    // The key's metrics row (a timer's call: only if it released readings): its readings held
+    // and versions kept, its readings watermark.
+    if (keyRow || releaseBefore.nonEmpty)
+      out += plan.output.keyRow(keep.length + versions.length, max.map(_ - plan.latenessMicros))
     out.iterator
   }
 

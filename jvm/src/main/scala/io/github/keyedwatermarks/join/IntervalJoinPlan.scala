@@ -13,6 +13,7 @@ import io.github.keyedwatermarks.spec.DurationOption
  * the union of the two sides grouped by key ([[JoinInputs]]: left the first side, right the
  * second). Each key's watermarks are its own, kept in the operator's state: Spark's watermark
  * plays no part, and a `withWatermark` upstream (for a later stage of Spark's) drops no row here.
+ * The join's metrics are observed on its output ([[JoinMetrics]]).
  */
 private[keyedwatermarks] object IntervalJoinPlan {
   private val Fn = "interval_join"
@@ -26,7 +27,7 @@ private[keyedwatermarks] object IntervalJoinPlan {
       bounds: IntervalRule.Bounds, kind: IntervalRule.Kind, output: JoinOutput)
 
   def plan(left: DataFrame, right: DataFrame, keys: Seq[String], leftTime: String, rightTime: String,
-      before: String, after: String, lateness: String, how: String): DataFrame = {
+      before: String, after: String, lateness: String, how: String, name: Option[String] = None): DataFrame = {
     val bounds = IntervalRule.Bounds(DurationOption.nonNegative("before", before).micros,
       DurationOption.nonNegative("after", after).micros, DurationOption.nonNegative("lateness", lateness).micros)
     val kind = IntervalRule.Kind.parse(how)
@@ -47,9 +48,12 @@ private[keyedwatermarks] object IntervalJoinPlan {
     val schema = StructType(left.schema.fields.map(f => f.copy(nullable = nullable(f))) ++
       rightOutput.map(_._1.copy(nullable = true)) :+
       StructField(JoinInputs.StatusColumn, StringType, nullable = false))
-    both.groupBy(keySchema.fieldNames.toIndexedSeq.map(F.col): _*)
+    val metricsName = JoinMetrics.name(name, keys, both)
+    val out = both.groupBy(keySchema.fieldNames.toIndexedSeq.map(F.col): _*)
       .as(Encoders.row(keySchema), Encoders.row(both.schema))
-      .transformWithState(new IntervalJoinProcessor(op), TimeMode.None(), OutputMode.Append())(Encoders.row(schema))
+      .transformWithState(new IntervalJoinProcessor(op), TimeMode.None(), OutputMode.Append())(
+        Encoders.row(JoinMetrics.operatorSchema(schema)))
       .toDF()
+    JoinMetrics.observed(out, metricsName, Seq(Joined, Unmatched, Late, Invalid), schema)
   }
 }

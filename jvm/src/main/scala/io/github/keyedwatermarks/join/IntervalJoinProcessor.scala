@@ -14,7 +14,8 @@ import io.github.keyedwatermarks.join.IntervalJoinState.Held
  * row is paired with the other side's kept rows and the batch's new ones, then the rows the other
  * side's watermark is past leave the state (docs/semantics.md, "Interval join"; the rule:
  * [[IntervalRule]]). A key's state changes only with its own rows, so there are no timers:
- * the join needs no watermark of Spark's and no no-data batch.
+ * the join needs no watermark of Spark's and no no-data batch. Each call with a key ends with the
+ * key's metrics row ([[JoinMetrics]]).
  */
 private[keyedwatermarks] final class IntervalJoinProcessor(plan: IntervalJoinPlan.Operator)
     extends StatefulProcessor[Row, Row, Row] {
@@ -32,7 +33,8 @@ private[keyedwatermarks] final class IntervalJoinProcessor(plan: IntervalJoinPla
       return out.iterator
     }
     val bounds = plan.bounds
-    val (maxLeftBefore, maxRightBefore) = state.maxTimes()
+    val keyBefore = state.key()
+    val (maxLeftBefore, maxRightBefore) = (keyBefore.maxLeft, keyBefore.maxRight)
     var (maxLeft, maxRight) = (maxLeftBefore, maxRightBefore)
     val newLefts = mutable.ArrayBuffer.empty[Held]
     val newRights = mutable.ArrayBuffer.empty[Held]
@@ -93,7 +95,13 @@ private[keyedwatermarks] final class IntervalJoinProcessor(plan: IntervalJoinPla
     val newRightsStay = newRights.filterNot(rightDone)
     val rightsReplaced = keptRightsStay.length < keptRights.length
     state.storeRights(if (rightsReplaced) keptRightsStay ++ newRightsStay else newRightsStay.toSeq, rightsReplaced)
-    if (maxLeft != maxLeftBefore || maxRight != maxRightBefore) state.storeMaxTimes(maxLeft, maxRight)
+    val keyAfter = IntervalJoinState.KeyRow(maxLeft, maxRight,
+      newLeftsStay.length + (if (leftsReplaced) keptLeftsStay.length else keyBefore.leftRows),
+      newRightsStay.length + (if (rightsReplaced) keptRightsStay.length else keyBefore.rightRows))
+    if (keyAfter != keyBefore) state.storeKey(keyAfter)
+    // The key's join watermark: the lower of its two sides' (all pairs below it are out).
+    val watermark = for (l <- maxLeft; r <- maxRight) yield math.min(l, r) - bounds.latenessMicros
+    out += plan.output.keyRow(keyAfter.leftRows + keyAfter.rightRows, watermark)
     out.iterator
   }
 

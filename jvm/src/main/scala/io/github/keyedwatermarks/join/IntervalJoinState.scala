@@ -6,7 +6,8 @@ import org.apache.spark.sql.types.{BooleanType, LongType, StructField, StructTyp
 
 /**
  * One key's interval join state in Spark's state store (RocksDB provider):
- *  - `interval_key`: the key's max left and max right times (null before its first row there);
+ *  - `interval_key`: the key's max left and max right times (null before its first row there),
+ *    and how many left and right rows it keeps (for the key metrics, without reading the lists);
  *  - `interval_left`: the left rows kept (time, whether it has matched, row);
  *  - `interval_right`: the right rows kept (time, row).
  * Rows are stored under positional field names, as the as-of join's ([[AsOfJoinState.positional]]).
@@ -24,18 +25,20 @@ private[keyedwatermarks] final class IntervalJoinState(handle: StatefulProcessor
   private val rights: ListState[Row] =
     handle.getListState("interval_right", Encoders.row(AsOfJoinState.timed(rightSchema)), TTLConfig.NONE)
 
-  /** The max left and right times. */
-  def maxTimes(): (Option[Long], Option[Long]) = Option(keyRow.get()) match {
-    case None => (None, None)
-    case Some(r) => (Option(r.get(0)).map(_ => r.getLong(0)), Option(r.get(1)).map(_ => r.getLong(1)))
+  /** The max left and right times, and the counts of kept left and right rows. */
+  def key(): KeyRow = Option(keyRow.get()) match {
+    case None => KeyRow(None, None, 0L, 0L)
+    case Some(r) =>
+      KeyRow(Option(r.get(0)).map(_ => r.getLong(0)), Option(r.get(1)).map(_ => r.getLong(1)), r.getLong(2),
+        r.getLong(3))
   }
 
   def leftRows(): Vector[Held] = lefts.get().map(r => Held(r.getLong(0), r.getStruct(2), r.getBoolean(1))).toVector
 
   def rightRows(): Vector[Held] = rights.get().map(r => Held(r.getLong(0), r.getStruct(1), matched = false)).toVector
 
-  def storeMaxTimes(maxLeft: Option[Long], maxRight: Option[Long]): Unit =
-    keyRow.update(Row(maxLeft.getOrElse(null), maxRight.getOrElse(null)))
+  def storeKey(k: KeyRow): Unit =
+    keyRow.update(Row(k.maxLeft.getOrElse(null), k.maxRight.getOrElse(null), k.leftRows, k.rightRows))
 
   /** All of the key's left rows now (`replace`), or only rows to append after the stored ones. */
   def storeLefts(rows: Seq[Held], replace: Boolean): Unit =
@@ -50,7 +53,11 @@ private[keyedwatermarks] final class IntervalJoinState(handle: StatefulProcessor
 
 private[keyedwatermarks] object IntervalJoinState {
   val KeySchema: StructType = StructType(Seq(
-      StructField("max_left", LongType, nullable = true), StructField("max_right", LongType, nullable = true)))
+      StructField("max_left", LongType, nullable = true), StructField("max_right", LongType, nullable = true),
+      StructField("left_rows", LongType, nullable = false), StructField("right_rows", LongType, nullable = false)))
+
+  /** The key's row: its max times per side and its kept rows per side. */
+  final case class KeyRow(maxLeft: Option[Long], maxRight: Option[Long], leftRows: Long, rightRows: Long)
 
   /** A kept row: its time, its columns, and (left rows) whether it has matched a right row. */
   final class Held(val time: Long, val row: Row, var matched: Boolean)

@@ -24,11 +24,13 @@ private[keyedwatermarks] object KeyedStages {
   /** Whether a stateful operator (Spark's or a keyed stage) is upstream. */
   def statefulUpstream(input: LogicalPlan): Boolean = input.exists(p => isKeyedStage(p) || sparkStateful(p).isDefined)
 
-  /** The names of the keyed stages upstream ("" for an unnamed one), from their input metrics. */
-  def stageNamesUpstream(input: LogicalPlan): Seq[String] = input.collect {
-    case c: CollectMetrics if c.name == InputPlan.InputMetrics => ""
-    case c: CollectMetrics if c.name.startsWith(InputPlan.InputMetrics + StageSeparator) =>
-      c.name.stripPrefix(InputPlan.InputMetrics + StageSeparator)
+  /**
+   * The names of the stages upstream ("" for an unnamed one) whose metrics are named after
+   * `base`: the keyed stages by their input metrics, the joins by theirs.
+   */
+  def stageNamesUpstream(input: LogicalPlan, base: String = InputPlan.InputMetrics): Seq[String] = input.collect {
+    case c: CollectMetrics if c.name == base => ""
+    case c: CollectMetrics if c.name.startsWith(base + StageSeparator) => c.name.stripPrefix(base + StageSeparator)
   }
 
   val StageSeparator: String = Contract.StageSeparator
@@ -40,18 +42,20 @@ private[keyedwatermarks] object KeyedStages {
    * The stage's name: the one given, or "" (the metrics' plain names, as before stages had
    * names) for the first keyed stage of a query, else its key columns joined with "_".
    * A name an upstream stage already has is refused (Spark would fail the query with
-   * DUPLICATED_METRICS_NAME when it starts).
+   * DUPLICATED_METRICS_NAME when it starts). The joins name theirs the same way (`base` their
+   * metrics' name, `what` "join").
    */
-  def stageName(chosen: Option[String], keys: Seq[String], input: LogicalPlan): String = {
+  def stageName(chosen: Option[String], keys: Seq[String], input: LogicalPlan,
+      base: String = InputPlan.InputMetrics, what: String = "keyed stage"): String = {
     chosen.foreach { n =>
       if (n.isEmpty || !n.forall(c => c.isLetterOrDigit || c == '_')) throw new IllegalArgumentException(
-        s"name: a keyed stage's name is letters, digits and '_' (it names the stage's metrics), got '$n'")
+        s"name: a $what's name is letters, digits and '_' (it names the $what's metrics), got '$n'")
     }
-    val taken = stageNamesUpstream(input)
+    val taken = stageNamesUpstream(input, base)
     val name = chosen.getOrElse(if (taken.isEmpty) "" else keys.mkString("_"))
     if (taken.contains(name)) throw new IllegalArgumentException(
-      s"name: a keyed stage upstream is already named '$name' (its metrics are " +
-        s"'${metricsName(InputPlan.InputMetrics, name)}'); give this stage another name=")
+      s"name: a $what upstream is already named '$name' (its metrics are " +
+        s"'${metricsName(base, name)}'); give this $what another name=")
     name
   }
 }

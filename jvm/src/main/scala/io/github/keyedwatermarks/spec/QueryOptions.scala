@@ -28,15 +28,19 @@ object QueryOptions {
   private val QueryLevel = WatermarkOptions ++ Set("window", "session", "report", "keep_late_rows")
   private val ColumnOptions = Set("key_lateness", "source", "gap", "arrival_time")
 
-  /** A join's keyword arguments (Connect): `key`, a name or a list of names, and `names`, strings. */
-  final case class JoinArguments(keys: Seq[String], strings: Map[String, String]) {
+  /**
+   * A join's keyword arguments (Connect): `key`, a name or a list of names, `names`, strings,
+   * and `name`, the join's optional metrics name.
+   */
+  final case class JoinArguments(keys: Seq[String], strings: Map[String, String], name: Option[String]) {
     def apply(name: String): String = strings(name)
   }
 
   def joinArguments(json: String, names: Seq[String]): JoinArguments = {
-    val o = new Options(parse(json), Map.empty, names.toSet + "key", "")
+    val o = new Options(parse(json), Map.empty, names.toSet + "key" + "name", "")
     def required[T](name: String, v: Option[T]): T = v.getOrElse(OptionError(s"$name: missing"))
-    JoinArguments(required("key", o.strings("key")), names.map(n => n -> required(n, o.string(n))).toMap)
+    JoinArguments(required("key", o.strings("key")), names.map(n => n -> required(n, o.string(n))).toMap,
+      o.string("name"))
   }
 
   /** The watermark part alone (validated eagerly by `keyed_watermark(...)`). */
