@@ -103,7 +103,25 @@ def _queries() -> Dict[str, Callable]:
             e.where("gw = 'g1'"), e.where("gw = 'g2'").selectExpr("device", "ts AS ts2", "temp AS temp2"),
             key="device", left_time="ts", right_time="ts2", before="5 seconds", after="5 seconds",
             lateness="5 seconds", how="left_outer"),
+        # The as-of join (held readings, versions, each key's max reading time, timers): g1's rows
+        # joined to versions from g2's, a device's configuration changing with every file. The
+        # versions' times follow the files (30 s per file), so no version is ever behind the
+        # versions watermark: a reading's version is then the same whichever batch released it
+        # (a restart adds a no-data batch that releases readings early).
+        "as_of_join": lambda e: kw.as_of_join(
+            e.where("gw = 'g1'").select("device", "ts", "temp"), _versions(e.where("gw = 'g2'")),
+            key="device", reading_time="ts", version_time="valid_from", lateness="5 seconds"),
     }
+
+
+def _versions(e):
+    """Versions of each device's configuration from the rows of file i: valid from BASE + 30 s * i,
+    firmware i (the files' modification times are 1,000,000 s + i)."""
+    from pyspark.sql import functions as F
+
+    i = F.unix_seconds(F.col("_metadata.file_modification_time")) - 1_000_000
+    return e.select("device", F.timestamp_micros(F.lit(BASE) + i * 30 * SECOND).alias("valid_from"),
+                    i.cast("int").alias("firmware"))
 
 
 KINDS = ("tumbling", "sliding", "session", "allowed_lateness", "adaptive_lateness", "sources", "timers", "fleet")

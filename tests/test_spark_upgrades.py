@@ -1,8 +1,8 @@
 """Spark upgrades keep state (docs/semantics.md, "Upgrades"): a checkpoint written on an older
 Spark line resumes on every newer line, one line at a time (4.0 -> 4.1 -> 4.2 -> 4.3) or skipping
 lines (4.0 -> 4.2 -> 4.3, 4.0 -> 4.3, 4.1 -> 4.3), with the same results as an uninterrupted run,
-for tumbling, sliding and session windows, a timer policy (max_skew: event-time timers) and the
-keyed interval join.
+for tumbling, sliding and session windows, a timer policy (max_skew: event-time timers), the
+keyed interval join and the as-of join (its held readings, versions and timers).
 A downgrade (a checkpoint last written by 4.3 resumed on 4.0) works too, with the same results.
 
 Runs once, in the main line's suite (not all_versions): the older lines run as subprocesses in
@@ -21,7 +21,7 @@ import state_queries as sq
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW_KINDS = ["tumbling", "sliding", "session", "timers"]
-KINDS = WINDOW_KINDS + ["interval_join"]
+KINDS = WINDOW_KINDS + ["interval_join", "as_of_join"]
 # Files added before each step: two, then one per step (one micro-batch per file).
 STAGES = [2, 1, 1, 1, 1]
 
