@@ -9,8 +9,7 @@ import org.apache.spark.sql.types.{LongType, StructField, StructType}
  *  - `join_key`: the key's max reading time (its readings watermark is that minus lateness);
  *  - `join_held`: the readings held until the versions watermark passes them (time, row);
  *  - `join_versions`: the key's versions within its horizon (time, row), sorted by time.
- * Rows are stored under positional field names (`c0`, `c1`, ...), Avro-safe whatever the
- * user's column names.
+ * Rows are stored as [[JoinInputs.stored]] lays them out.
  */
 private[keyedwatermarks] final class AsOfJoinState(handle: StatefulProcessorHandle, readingSchema: StructType,
     versionSchema: StructType) {
@@ -19,17 +18,18 @@ private[keyedwatermarks] final class AsOfJoinState(handle: StatefulProcessorHand
   private val keyRow: ValueState[Row] =
     handle.getValueState("join_key", Encoders.row(KeySchema), TTLConfig.NONE)
   private val held: ListState[Row] =
-    handle.getListState("join_held", Encoders.row(timed(readingSchema)), TTLConfig.NONE)
+    handle.getListState("join_held", Encoders.row(JoinInputs.timed(readingSchema)), TTLConfig.NONE)
   private val versions: ListState[Row] =
-    handle.getListState("join_versions", Encoders.row(timed(versionSchema)), TTLConfig.NONE)
+    handle.getListState("join_versions", Encoders.row(JoinInputs.timed(versionSchema)), TTLConfig.NONE)
 
   def maxReading(): Option[Long] = Option(keyRow.get()).map(_.getLong(0))
 
   def heldReadings(): Vector[(Long, Row)] =
     held.get().map(r => (r.getLong(0), r.getStruct(1))).toVector
 
+  /** The key's versions, in time order: they are stored so (AsOfRule.put and prune keep the order). */
   def keyVersions(): Vector[AsOfRule.Version[Row]] =
-    versions.get().map(r => AsOfRule.Version(r.getLong(0), r.getStruct(1))).toVector.sortBy(_.time)
+    versions.get().map(r => AsOfRule.Version(r.getLong(0), r.getStruct(1))).toVector
 
   def storeMaxReading(max: Long): Unit = keyRow.update(Row(max))
 
@@ -47,12 +47,4 @@ private[keyedwatermarks] final class AsOfJoinState(handle: StatefulProcessorHand
 
 private[keyedwatermarks] object AsOfJoinState {
   val KeySchema: StructType = StructType(Seq(StructField("max_reading", LongType, nullable = false)))
-
-  /** A side's row under positional names, after its time in microseconds. */
-  def timed(schema: StructType): StructType = StructType(Seq(
-      StructField("time", LongType, nullable = false),
-      StructField("row", positional(schema), nullable = false)))
-
-  def positional(schema: StructType): StructType =
-    StructType(schema.fields.zipWithIndex.map { case (f, i) => f.copy(name = s"c$i") })
 }

@@ -10,7 +10,7 @@ import org.apache.spark.sql.types.{BooleanType, LongType, StructField, StructTyp
  *    and how many left and right rows it keeps (for the key metrics, without reading the lists);
  *  - `interval_left`: the left rows kept (time, whether it has matched, row);
  *  - `interval_right`: the right rows kept (time, row).
- * Rows are stored under positional field names, as the as-of join's ([[AsOfJoinState.positional]]).
+ * Rows are stored as [[JoinInputs.stored]] lays them out.
  */
 private[keyedwatermarks] final class IntervalJoinState(handle: StatefulProcessorHandle, leftSchema: StructType,
     rightSchema: StructType) {
@@ -21,9 +21,9 @@ private[keyedwatermarks] final class IntervalJoinState(handle: StatefulProcessor
   private val lefts: ListState[Row] = handle.getListState("interval_left",
     Encoders.row(StructType(Seq(
           StructField("time", LongType, nullable = false), StructField("matched", BooleanType, nullable = false),
-          StructField("row", AsOfJoinState.positional(leftSchema), nullable = false)))), TTLConfig.NONE)
+          StructField("row", JoinInputs.stored(leftSchema), nullable = false)))), TTLConfig.NONE)
   private val rights: ListState[Row] =
-    handle.getListState("interval_right", Encoders.row(AsOfJoinState.timed(rightSchema)), TTLConfig.NONE)
+    handle.getListState("interval_right", Encoders.row(JoinInputs.timed(rightSchema)), TTLConfig.NONE)
 
   /** The max left and right times, and the counts of kept left and right rows. */
   def key(): KeyRow = Option(keyRow.get()) match {

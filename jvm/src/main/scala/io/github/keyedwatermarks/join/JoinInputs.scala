@@ -1,7 +1,7 @@
 package io.github.keyedwatermarks.join
 
 import org.apache.spark.sql.{Column, DataFrame, functions => F}
-import org.apache.spark.sql.types.{DataType, StructField, StructType, TimestampType}
+import org.apache.spark.sql.types.{DataType, LongType, StructField, StructType, TimestampType}
 
 import io.github.keyedwatermarks.catalyst.SparkInternals
 import io.github.keyedwatermarks.planner.KeyedStages
@@ -74,6 +74,17 @@ private[keyedwatermarks] object JoinInputs {
     }
     (rows(first, FirstSide).union(rows(second, SecondSide)), StructType(keyFields))
   }
+
+  /**
+   * A side's row as the joins' state stores it: under positional field names (`c0`, `c1`, ...),
+   * Avro-safe whatever the user's column names.
+   */
+  def stored(schema: StructType): StructType =
+    StructType(schema.fields.zipWithIndex.map { case (f, i) => f.copy(name = s"c$i") })
+
+  /** A stored row after its time in microseconds. */
+  def timed(schema: StructType): StructType = StructType(Seq(
+      StructField("time", LongType, nullable = false), StructField("row", stored(schema), nullable = false)))
 
   private def checkSide(fn: String, keys: Seq[String], s: Side, watermarkRefused: Option[String]): Unit = {
     if (!s.df.isStreaming) OptionError(s"$fn: ${s.name} must be a streaming DataFrame (readStream)")
