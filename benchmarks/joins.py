@@ -287,9 +287,11 @@ def held_rows_model(s: Streams, lateness_us: int) -> List[int]:
 # Spark
 # ------------------------------------------------------------------------------------------------
 
-def build_session(driver_memory: str):
-    """The benchmarks' session (harness/session.py), every progress report of a query kept."""
-    return start_session(base_builder(driver_memory, app_name="keyed-watermarks-joins", recent_progress=100_000))
+def build_session(driver_memory: str, jar: Optional[str] = None):
+    """The benchmarks' session (harness/session.py), every progress report of a query kept;
+    `jar`: another build of the library's jar."""
+    return start_session(base_builder(driver_memory, app_name="keyed-watermarks-joins", recent_progress=100_000),
+                         jar)
 
 
 def sides(spark, root: Path):
@@ -504,7 +506,7 @@ def delayed_mode(args, command: str) -> Tuple[str, dict, bool]:
     started = time.time()
     results = []
     ok = True
-    spark = build_session(args.driver_memory)
+    spark = build_session(args.driver_memory, args.jar)
     try:
         n = write_inputs(s, work / "input")
         bo = spark.read.schema(ALARM_SCHEMA).parquet(str(work / "input" / "alarms")).alias("l")
@@ -574,6 +576,9 @@ def delayed_mode(args, command: str) -> Tuple[str, dict, bool]:
 
 
 def throughput_mode(args, command: str) -> Tuple[str, dict, bool]:
+    methods = [m for m in ("Spark", "ours") if m in args.methods.split(",")]
+    if not methods or set(args.methods.split(",")) - {"Spark", "ours"}:
+        raise SystemExit(f"--methods {args.methods!r}: expected Spark, ours or Spark,ours")
     s = in_step_streams(args)
     expected = python_pairs(s, collect=False)
     rows_in = len(s.readings) + len(s.alarms)
@@ -581,12 +586,12 @@ def throughput_mode(args, command: str) -> Tuple[str, dict, bool]:
     work = Path(tempfile.mkdtemp(prefix="kw-joins-tp-"))
     started = time.time()
     runs: List[dict] = []
-    spark = build_session(args.driver_memory)
+    spark = build_session(args.driver_memory, args.jar)
     try:
         n = write_inputs(s, work / "input")
         for i in range(args.warmups + args.runs):
             warmup = i < args.warmups
-            for method, make in (("Spark", spark_join), ("ours", ours_join)):
+            for method, make in [(m, {"Spark": spark_join, "ours": ours_join}[m]) for m in methods]:
                 cp = work / "checkpoints" / f"{method}-{i}"
                 run = run_query(make(spark, work / "input", args.lateness, "inner"), cp, False)
                 shutil.rmtree(cp, ignore_errors=True)
@@ -604,7 +609,7 @@ def throughput_mode(args, command: str) -> Tuple[str, dict, bool]:
     for r in wrong:
         print(f"PAIRS DIFFER: {r['method']} run {r['run']}: {r['pairs']:,} pairs, oracle {expected:,}", file=sys.stderr)
     timed = [r for r in runs if not r["warmup"]]
-    med = {m: statistics.median(r["wall_s"] for r in timed if r["method"] == m) for m in ("Spark", "ours")}
+    med = {m: statistics.median(r["wall_s"] for r in timed if r["method"] == m) for m in methods}
     lines = [f"Streams: {s.description}; {len(s.readings):,} readings and {len(s.alarms):,} alarms "
              f"({rows_in:,} input rows), {n} micro-batches; inner join, `ts BETWEEN raised_at - {BEFORE_S} s AND "
              f"raised_at`, lateness {args.lateness}; oracle {expected:,} pairs. {args.warmups} warm-up run(s) "
@@ -613,12 +618,16 @@ def throughput_mode(args, command: str) -> Tuple[str, dict, bool]:
              "`join_status` in each batch.", "",
              "| method | warm-up s | timed runs | median s | min–max s | rows/s (median) | vs Spark | pairs | "
              "late rows | state rows max | batches |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for m in ("Spark", "ours"):
+
+    def vs_spark(m: str) -> str:
+        return f"{med['Spark'] / med[m]:.2f}x" if "Spark" in med else "–"
+
+    for m in methods:
         rs = [r for r in runs if r["method"] == m]
         walls = [r["wall_s"] for r in rs if not r["warmup"]]
         warm = ", ".join(f"{r['wall_s']:.1f}" for r in rs if r["warmup"]) or "–"
         lines.append(f"| {m} | {warm} | {len(walls)} | {med[m]:.1f} | {min(walls):.1f}–{max(walls):.1f} | "
-                     f"{rows_in / med[m]:,.0f} | {med['Spark'] / med[m]:.2f}x | "
+                     f"{rows_in / med[m]:,.0f} | {vs_spark(m)} | "
                      f"{'/'.join(sorted({fmt(r['pairs']) for r in rs}))} | {max(r['late'] for r in rs):,} | "
                      f"{max(r['state_max'] for r in rs):,} | {rs[0]['micro_batches']} |")
     lines += ["", "*rows/s* = input rows / median wall time (query start to termination); *vs Spark* = Spark's "
@@ -630,7 +639,8 @@ def throughput_mode(args, command: str) -> Tuple[str, dict, bool]:
     page = "\n".join(header("Issue 43: interval join throughput in step, Spark's and ours", command,
                             spark_version, java_version, elapsed) + lines) + "\n"
     raw = dict(mode="throughput", command=command, streams=s.description, rows_in=rows_in, oracle=expected,
-               runs=runs, median_s=med, ratio_ours_vs_spark=med["Spark"] / med["ours"])
+               runs=runs, median_s=med, jar=args.jar,
+               ratio_ours_vs_spark=med["Spark"] / med["ours"] if len(med) == 2 else None)
     return page, raw, not wrong
 
 
@@ -647,6 +657,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--lateness", default="30 seconds")
     ap.add_argument("--seed", type=int, default=43)
     ap.add_argument("--inner-only", action="store_true", help="delayed mode: skip the left outer joins")
+    ap.add_argument("--methods", default="Spark,ours",
+                    help="throughput mode: which joins to time, of Spark,ours (ours alone: an A/B of two jars)")
+    ap.add_argument("--jar", default=None, help="another build of the keyed-watermarks jar (an A/B of two builds)")
     ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--out", type=Path, default=None,
                     help="result page (default benchmarks/results/joins.md, --throughput: joins-throughput.md); "

@@ -38,9 +38,13 @@ def base_builder(driver_memory: str, app_name: str = "keyed-watermarks-benchmark
     )
 
 
-def start_session(builder: SparkSession.Builder) -> SparkSession:
+def start_session(builder: SparkSession.Builder, jar: Optional[str] = None) -> SparkSession:
     """Starts `builder`'s session with the library (kw.configure: its jar, planner extension and
-    the RocksDB state store provider), logging errors only."""
+    the RocksDB state store provider), logging errors only. `jar`: another build of the
+    library's jar instead of the package's (an A/B of two builds)."""
+    if jar:
+        import keyed_watermarks._jvm as kwjvm
+        kwjvm.jar_path = lambda: str(Path(jar).resolve())
     spark = kw.configure(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -67,10 +71,7 @@ def build_session(driver_memory: str, changelog: bool, profile: bool = False,
     if profile:  # deep stacks: Spark's task stacks exceed JFR's default depth of 64
         builder = builder.config("spark.driver.extraJavaOptions",
                                  "-XX:FlightRecorderOptions:stackdepth=1024")
-    if jar:
-        import keyed_watermarks._jvm as kwjvm
-        kwjvm.jar_path = lambda: str(Path(jar).resolve())
-    spark = start_session(builder)
+    spark = start_session(builder, jar)
     # The competitor's function is pickled by reference: ship its module to the Python workers.
     spark.sparkContext.addPyFile(str(HERE / "python_keyed.py"))
     # transformWithStateInPandas also unpickles the processor in a driver-side Python worker
