@@ -26,6 +26,8 @@ private[keyedwatermarks] object AsOfJoinPlan {
   val NoVersion = "no_version"
   val Late = "late"
   val Invalid = "invalid"
+  /** The output statuses, in the order the metrics rows count them. */
+  val Statuses: Seq[String] = Seq(Joined, NoVersion, Late, Invalid)
 
   /** What the processor needs: both sides' schemas, the input's ordinals, the output's layout. */
   final case class Operator(readingSchema: StructType, versionSchema: StructType, keyCount: Int,
@@ -35,7 +37,8 @@ private[keyedwatermarks] object AsOfJoinPlan {
     val timeOrdinal: Int = layout.timeOrdinal
     val readingOrdinal: Int = layout.firstOrdinal
     val versionOrdinal: Int = layout.secondOrdinal
-    val output: JoinOutput = JoinOutput(readingSchema.length, versionOutput, Array.empty) // readings always set
+    val output: JoinOutput =
+      JoinOutput(readingSchema.length, versionOutput, Array.empty, Statuses) // readings always set
   }
 
   def plan(readings: DataFrame, versions: DataFrame, keys: Seq[String], readingTime: String, versionTime: String,
@@ -60,8 +63,8 @@ private[keyedwatermarks] object AsOfJoinPlan {
     val out = both.groupBy(keySchema.fieldNames.toIndexedSeq.map(F.col): _*)
       .as(Encoders.row(keySchema), Encoders.row(both.schema))
       .transformWithState(new AsOfJoinProcessor(op), TimeMode.EventTime(), OutputMode.Append())(
-        Encoders.row(JoinMetrics.operatorSchema(output)))
+        Encoders.row(JoinMetrics.operatorSchema(output, Statuses)))
       .toDF()
-    JoinMetrics.observed(out, metricsName, Seq(Joined, NoVersion, Late, Invalid), output)
+    JoinMetrics.observed(out, metricsName, Statuses, output)
   }
 }

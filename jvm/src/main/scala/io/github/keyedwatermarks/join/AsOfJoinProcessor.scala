@@ -12,7 +12,7 @@ import org.apache.spark.sql.streaming.{ExpiredTimerInfo, OutputMode, StatefulPro
  * held readings and no rows: versions go into the key's state, readings are late or held, then
  * the held readings the versions watermark passed are joined and emitted, and the key's
  * versions are pruned to its horizon (docs/semantics.md, "As-of join"; the rule: [[AsOfRule]]).
- * Each call ends with the key's metrics row ([[JoinMetrics]]).
+ * Each call ends with its metrics row ([[JoinMetrics]]).
  */
 private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operator)
     extends StatefulProcessor[Row, Row, Row] {
@@ -27,6 +27,7 @@ private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operat
     if (key.anyNull) {
       // A null key matches nothing: its readings are invalid, its versions cannot be placed.
       rows.foreach(r => if (r.getInt(plan.sideOrdinal) == AsOfJoinPlan.ReadingSide) out += invalid(r))
+      out += plan.output.keyRow(out, key = false, 0L, None)
       return out.iterator
     }
     val maxBefore = state.maxReading()
@@ -95,7 +96,7 @@ private[keyedwatermarks] final class AsOfJoinProcessor(plan: AsOfJoinPlan.Operat
     // The key's metrics row (a timer's call: only if it released readings): its readings held
     // and versions kept, its readings watermark.
     if (keyRow || releaseBefore.nonEmpty)
-      out += plan.output.keyRow(keep.length + versions.length, max.map(_ - plan.latenessMicros))
+      out += plan.output.keyRow(out, key = true, keep.length + versions.length, max.map(_ - plan.latenessMicros))
     out.iterator
   }
 

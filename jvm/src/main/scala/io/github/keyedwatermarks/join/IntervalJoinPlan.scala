@@ -21,6 +21,8 @@ private[keyedwatermarks] object IntervalJoinPlan {
   val Unmatched = "unmatched"
   val Late = "late"
   val Invalid = "invalid"
+  /** The output statuses, in the order the metrics rows count them. */
+  val Statuses: Seq[String] = Seq(Joined, Unmatched, Late, Invalid)
 
   /** What the processor needs: both sides' schemas, the input's ordinals, the rule, the output's layout. */
   final case class Operator(leftSchema: StructType, rightSchema: StructType, layout: JoinInputs.Layout,
@@ -38,7 +40,7 @@ private[keyedwatermarks] object IntervalJoinPlan {
     JoinInputs.refuseClashes(Fn, left, rightOutput.map(_._1.name).toIndexedSeq, "left and right")
     KeyedPlanner.requireRocksDb(left)
     val output = JoinOutput(left.schema.length, rightOutput.map(_._2),
-      keys.map(k => (left.schema.fieldIndex(k), right.schema.fieldIndex(k))).toArray)
+      keys.map(k => (left.schema.fieldIndex(k), right.schema.fieldIndex(k))).toArray, Statuses)
     val op = Operator(left.schema, right.schema, JoinInputs.Layout(keys.size), bounds, kind, output)
     val (both, keySchema) = JoinInputs.union(keys, leftSide, rightSide)
     // A row of the right side alone (late, invalid) has null left columns but its keys, which
@@ -52,8 +54,8 @@ private[keyedwatermarks] object IntervalJoinPlan {
     val out = both.groupBy(keySchema.fieldNames.toIndexedSeq.map(F.col): _*)
       .as(Encoders.row(keySchema), Encoders.row(both.schema))
       .transformWithState(new IntervalJoinProcessor(op), TimeMode.None(), OutputMode.Append())(
-        Encoders.row(JoinMetrics.operatorSchema(schema)))
+        Encoders.row(JoinMetrics.operatorSchema(schema, Statuses)))
       .toDF()
-    JoinMetrics.observed(out, metricsName, Seq(Joined, Unmatched, Late, Invalid), schema)
+    JoinMetrics.observed(out, metricsName, Statuses, schema)
   }
 }

@@ -14,8 +14,8 @@ import io.github.keyedwatermarks.join.IntervalJoinState.Held
  * row is paired with the other side's kept rows and the batch's new ones, then the rows the other
  * side's watermark is past leave the state (docs/semantics.md, "Interval join"; the rule:
  * [[IntervalRule]]). A key's state changes only with its own rows, so there are no timers:
- * the join needs no watermark of Spark's and no no-data batch. Each call with a key ends with the
- * key's metrics row ([[JoinMetrics]]).
+ * the join needs no watermark of Spark's and no no-data batch. Each call ends with its metrics
+ * row ([[JoinMetrics]]).
  */
 private[keyedwatermarks] final class IntervalJoinProcessor(plan: IntervalJoinPlan.Operator)
     extends StatefulProcessor[Row, Row, Row] {
@@ -30,6 +30,7 @@ private[keyedwatermarks] final class IntervalJoinProcessor(plan: IntervalJoinPla
     val out = mutable.ArrayBuffer.empty[Row]
     if (key.anyNull) { // a null key matches nothing
       rows.foreach(r => out += alone(r, Invalid))
+      out += plan.output.keyRow(out, key = false, 0L, None)
       return out.iterator
     }
     val bounds = plan.bounds
@@ -101,7 +102,7 @@ private[keyedwatermarks] final class IntervalJoinProcessor(plan: IntervalJoinPla
     if (keyAfter != keyBefore) state.storeKey(keyAfter)
     // The key's join watermark: the lower of its two sides' (all pairs below it are out).
     val watermark = for (l <- maxLeft; r <- maxRight) yield math.min(l, r) - bounds.latenessMicros
-    out += plan.output.keyRow(keyAfter.leftRows + keyAfter.rightRows, watermark)
+    out += plan.output.keyRow(out, key = true, keyAfter.leftRows + keyAfter.rightRows, watermark)
     out.iterator
   }
 

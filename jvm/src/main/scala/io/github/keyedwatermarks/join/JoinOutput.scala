@@ -7,10 +7,11 @@ import org.apache.spark.sql.Row
  * other than the keys (`secondOutput`, their ordinals there), the join's status, then the key
  * metrics column ([[JoinMetrics.KeyColumn]], null but in a key row). A row with only a second
  * side (a late or invalid one) still carries its keys, in the first side's key columns
- * (`keyOrdinals`: each key's ordinal in the first side, then in the second).
+ * (`keyOrdinals`: each key's ordinal in the first side, then in the second). `statuses`: the
+ * join's statuses, in the order the key rows count them.
  */
 private[keyedwatermarks] final case class JoinOutput(firstWidth: Int, secondOutput: Array[Int],
-    keyOrdinals: Array[(Int, Int)]) {
+    keyOrdinals: Array[(Int, Int)], statuses: Seq[String]) {
   val width: Int = firstWidth + secondOutput.length + 2
   private val statusOrdinal = width - 2
 
@@ -29,11 +30,17 @@ private[keyedwatermarks] final case class JoinOutput(firstWidth: Int, secondOutp
     Row.fromSeq(values.toSeq)
   }
 
-  /** A key's metrics row (see [[JoinMetrics]]): the join's columns null. */
-  def keyRow(heldRows: Long, watermark: Option[Long]): Row = {
+  /**
+   * A call's metrics row (see [[JoinMetrics]]), after the call's rows `out`: the join's columns
+   * null; the rows of each status among `out` (counted here, once per call, rather than per row
+   * by the observation), and for a key (`key`, not a null one) its rows held and its watermark.
+   */
+  def keyRow(out: Iterable[Row], key: Boolean, heldRows: Long, watermark: Option[Long]): Row = {
+    val counts = new Array[Long](statuses.length)
+    out.foreach(r => counts(statuses.indexOf(r.getString(statusOrdinal))) += 1)
     val values = new Array[Any](width)
     values(statusOrdinal) = JoinMetrics.KeyStatus
-    values(width - 1) = JoinMetrics.keyPart(heldRows, watermark)
+    values(width - 1) = Row.fromSeq(Seq(key, heldRows, watermark.getOrElse(null)) ++ counts)
     Row.fromSeq(values.toSeq)
   }
 }
