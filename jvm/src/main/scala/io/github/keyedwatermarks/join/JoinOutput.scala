@@ -40,7 +40,7 @@ private[keyedwatermarks] final case class JoinOutput(firstWidth: Int, secondOutp
     out.foreach(r => counts(statuses.indexOf(r.getString(statusOrdinal))) += 1)
     val values = new Array[Any](width)
     values(statusOrdinal) = JoinMetrics.KeyStatus
-    values(width - 1) = Row.fromSeq(Seq(key, heldRows, watermark.getOrElse(null)) ++ counts)
+    values(width - 1) = Row.fromSeq(Seq[Any](key, heldRows, watermark.getOrElse(null)) ++ counts)
     Row.fromSeq(values.toSeq)
   }
 }
