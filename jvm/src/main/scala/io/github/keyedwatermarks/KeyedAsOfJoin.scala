@@ -11,7 +11,7 @@ import io.github.keyedwatermarks.join.AsOfJoinPlan
  * joined to the version of its key valid at the reading's event time, held until the versions
  * stream's watermark (max version time - `versionsDelay`) passes it; a key's lateness is its
  * own (max reading time - `lateness`). `name` names the join's metrics (`keyed_watermarks_join.<name>`;
- * see [[io.github.keyedwatermarks.join.JoinMetrics]]). Bad input fails here, before any query starts.
+ * docs/joins.md, "Metrics"). Bad input fails here, before any query starts.
  *
  * {{{
  * import io.github.keyedwatermarks.KeyedAsOfJoin

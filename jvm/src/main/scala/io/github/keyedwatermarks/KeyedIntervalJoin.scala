@@ -12,7 +12,7 @@ import io.github.keyedwatermarks.join.IntervalJoinPlan
  * `after` after its own; each side of a key has its own watermark (its max time - `lateness`),
  * which decides its late rows and when the other side's rows leave the state. `how` is
  * `"inner"` or `"left_outer"`. `name` names the join's metrics (`keyed_watermarks_join.<name>`;
- * see [[io.github.keyedwatermarks.join.JoinMetrics]]). Bad input fails here, before any query starts.
+ * docs/joins.md, "Metrics"). Bad input fails here, before any query starts.
  *
  * {{{
  * import io.github.keyedwatermarks.KeyedIntervalJoin
