@@ -6,9 +6,8 @@ joined. Bad input is refused before any query starts, naming the column or optio
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 from pyspark.errors import IllegalArgumentException
@@ -16,44 +15,10 @@ from pyspark.sql import DataFrame, SparkSession, functions as F
 
 import keyed_watermarks as kw
 
+from as_of_join_cases import BATCHES, DELAY, LATENESS, READINGS, S, VERSIONS, at, side
 from join_model import Row, run_join_model
 from reference_model import run_model
-from support import Replay, start_to_end
-
-S = 1_000_000
-READINGS = "device STRING, ts TIMESTAMP, temp INT"
-VERSIONS = "device STRING, valid_from TIMESTAMP, firmware STRING"
-EPOCH = datetime.datetime(2026, 11, 27, tzinfo=datetime.timezone.utc)
-T0 = int(EPOCH.timestamp()) * S
-
-
-def at(micros: Optional[int]) -> Optional[datetime.datetime]:
-    return None if micros is None else EPOCH + datetime.timedelta(microseconds=micros - T0)
-
-
-def side(spark: SparkSession, root: Path, schema: str) -> Replay:
-    """One side's micro-batches as parquet files for the file source: one file per batch, an
-    empty file for a batch without rows, so both sides' batches line up."""
-    return Replay(spark, root, schema, empty_batches=True)
-
-
-# The delayed device: "up" uploads its readings minutes after the others' (its clock trails by
-# 5 minutes), its firmware changed once; "a" and "b" report in step, their firmware changes often;
-# the last batch has a reading and a version with a null key and with a null time.
-BATCHES: List[Tuple[List[Row], List[Row]]] = [
-    ([("a", T0 + 10 * S, 1), ("b", T0 + 12 * S, 2)],
-     [("a", T0 + 0 * S, "a1"), ("b", T0 + 5 * S, "b1"), ("up", T0 - 600 * S, "u1")]),
-    ([("a", T0 + 70 * S, 3), ("b", T0 + 75 * S, 4), ("up", T0 - 290 * S, 5)],
-     [("a", T0 + 60 * S, "a2"), ("b", T0 + 65 * S, "b2")]),
-    ([("a", T0 + 130 * S, 6), ("up", T0 - 230 * S, 7), ("up", T0 - 225 * S, 8), ("zz", T0 + 140 * S, 9)],
-     [("a", T0 + 120 * S, "a3"), ("b", T0 + 125 * S, "b3"), ("up", T0 - 228 * S, "u2")]),
-    ([("b", T0 + 190 * S, 10), ("up", T0 - 170 * S, 11), ("a", T0 + 50 * S, 12)],
-     [("a", T0 + 180 * S, "a4"), ("b", T0 + 185 * S, "b4")]),
-    ([("up", T0 - 400 * S, 13), ("up", T0 - 110 * S, 14), (None, T0 + 200 * S, 15), ("b", None, 16)],
-     [("a", T0 + 240 * S, "a5"), (None, T0 + 200 * S, "n1"), ("b", None, "b5")]),
-]
-LATENESS = 30 * S
-DELAY = 5 * S
+from support import start_to_end
 
 
 def test_as_of_join_streaming_matches_model_and_spark(spark: SparkSession, workdir: Path) -> None:

@@ -16,8 +16,8 @@ from pyspark.sql import SparkSession, functions as F
 
 import keyed_watermarks as kw
 
-import test_as_of_join as asof
-import test_interval_join as interval
+import as_of_join_cases as asof
+import interval_join_cases as interval
 from interval_join_model import run_interval_model
 from join_model import run_join_model
 from support import start_to_end
