@@ -8,6 +8,13 @@ turned off); the windows written are the record-at-a-time model's (tests/referen
 real-time batch runs, not at its end (5 minutes after it starts). The rows include one that is
 late only under the record-at-a-time rule, so the micro-batch rule's windows would differ.
 
+And a crash (kill -9 of the pipeline's process group) in the second real-time batch, then a
+restart from the checkpoint: what docs/real-time.md, "Restarts", says happens. The windows the
+completed first batch wrote are not written again; the rows of the batch that was running are
+read again, on the keys' state as the first batch left it, so the windows they closed are
+written again with the same values; every window of the model is written, none with other
+values.
+
 Spark 4.3 only (real-time mode with a transformWithState; the 4.2.0 Kafka connector, as there is
 no 4.3.0 one on Maven Central); the older lines skip it.
 """
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -67,11 +75,39 @@ def broker(tmp_path_factory):
     b.stop()
 
 
-def produce(bootstrap: str, topic: str) -> None:
+def start_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint: Path, batch_s: int,
+                   log_path: Path):
+    """examples/kafka_real_time.py in a process group of its own (for stop_process or kill -9),
+    and the time its query started (it prints "started <id>"; a restart appends to the log)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    starts = _starts(log_path)
+    with open(log_path, "a") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "examples" / "kafka_real_time.py"), "--bootstrap-servers", bootstrap,
+             "--input-topic", input_topic, "--output-topic", output_topic, "--checkpoint", str(checkpoint),
+             "--lateness", f"{LATENESS_S} seconds", "--window", f"{WINDOW_S} seconds",
+             "--batch", f"{batch_s} seconds", "--run-for", str(BATCH_S)],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        if _starts(log_path) > starts:
+            return proc, time.monotonic()
+        time.sleep(0.5)
+    stop_process(proc)
+    raise AssertionError(log_path.read_text()[-4000:])
+
+
+def _starts(log_path: Path) -> int:
+    if not log_path.exists():
+        return 0
+    return sum(line.startswith("started ") for line in log_path.read_text().splitlines())
+
+
+def produce(bootstrap: str, topic: str, events=None) -> None:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for device, t, temp in rows():
+    for device, t, temp in rows() if events is None else events:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t // SECOND)) + f".{t % SECOND:06d}Z"
         p.produce(topic, key=device.encode(), value=json.dumps({"ts": ts, "temp": temp}).encode())
     assert p.flush(60) == 0
@@ -114,29 +150,117 @@ def test_keyed_windows_close_row_by_row_in_real_time_mode(broker, tmp_path):
     assert Counter((w.key, w.start, w.end, len(w.values)) for w in micro.emitted) != \
         Counter((k, s, e, n) for k, s, e, n, _, _ in want)
 
-    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
-    log = open(tmp_path / "pipeline.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "examples" / "kafka_real_time.py"), "--bootstrap-servers", bootstrap,
-         "--input-topic", "rtm-in", "--output-topic", "rtm-out", "--checkpoint", str(tmp_path / "cp"),
-         "--lateness", f"{LATENESS_S} seconds", "--window", f"{WINDOW_S} seconds", "--batch", f"{BATCH_S} seconds",
-         "--run-for", str(BATCH_S)],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    log_path = tmp_path / "pipeline.log"
+    proc, started = start_pipeline(bootstrap, "rtm-in", "rtm-out", tmp_path / "cp", BATCH_S, log_path)
     try:
-        started = None
-        deadline = time.monotonic() + TIMEOUT_S
-        while started is None and time.monotonic() < deadline and proc.poll() is None:
-            if "started " in (tmp_path / "pipeline.log").read_text():
-                started = time.monotonic()
-            time.sleep(0.5)
-        assert started is not None, (tmp_path / "pipeline.log").read_text()[-4000:]
         got = consume(bootstrap, "rtm-out", sum(want.values()), started + BATCH_S - 30)
-        assert proc.poll() is None, (tmp_path / "pipeline.log").read_text()[-4000:]
+        assert proc.poll() is None, log_path.read_text()[-4000:]
     finally:
         stop_process(proc)
-        log.close()
     windows = Counter((r["device"], r["start_us"], r["end_us"], r["n"], r["sum_temp"], r["max_temp"])
                       for r, _ in got)
     assert windows == want
     # Written while the first real-time batch (BATCH_S) still ran: row by row, not at its end.
     assert all(at - started < BATCH_S - 30 for _, at in got)
+
+
+CRASH_BATCH_S = 20  # short real-time batches: the first ends (and commits) before the crash
+
+
+def crash_rows():
+    """Three phases of (device, micros, temp). Before the crash: A (read by the first real-time
+    batch), B (read by the second, which the crash interrupts); after the restart: C. Window
+    [10 s, 20 s) of each device holds rows of A and B, and a's [20 s, 30 s) rows of B and C, so
+    their counts need the state the first batch committed and the replayed batch rebuilt. b's 7 s
+    (in B) and a's 9 s (in C) are late on that state's watermarks."""
+    def at(device, seconds, temps):
+        return [(device, T0 + s * SECOND, float(t)) for s, t in zip(seconds, temps)]
+    a = at("a", [1, 4, 12, 17], [1, 2, 3, 4]) + at("b", [2, 15], [21, 22])
+    b = at("a", [19, 26], [5, 6]) + at("b", [7, 18, 31], [23, 24, 25])
+    c = at("a", [28, 9, 41], [7, 8, 9]) + at("b", [33, 47], [26, 27])
+    return a, b, c
+
+
+def _windows(model):
+    return Counter((w.key, w.start, w.end, len(w.values), float(sum(w.values)), max(w.values))
+                   for w in model.emitted)
+
+
+class OutputTopic:
+    """The output topic read from its start, across the pipeline's crash and restart."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rtm-crash-{time.time_ns()}",
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        self.consumer.subscribe([topic])
+        self.windows: Counter = Counter()
+
+    def read_until(self, done, timeout_s: float) -> None:
+        """Polls until ``done(windows)`` holds (then 3 s more, for copies), or the timeout."""
+        deadline = time.monotonic() + timeout_s
+        quiet_from = None
+        while time.monotonic() < deadline:
+            m = self.consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                r = json.loads(m.value())
+                self.windows[(r["device"], r["start_us"], r["end_us"], r["n"], r["sum_temp"], r["max_temp"])] += 1
+            if quiet_from is None and done(self.windows):
+                quiet_from = time.monotonic()
+            if quiet_from is not None and time.monotonic() - quiet_from > 3:
+                return
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def test_crash_in_a_real_time_batch_replays_that_batch_on_the_committed_state(broker, tmp_path):
+    bootstrap = broker.bootstrap
+    ensure_topic(bootstrap, "rtm-crash-in", 2)
+    ensure_topic(bootstrap, "rtm-crash-out", 1)
+    phase_a, phase_b, phase_c = crash_rows()
+    by_a = _windows(run_model_per_row([phase_a], LATENESS_S * SECOND, WINDOW_S * SECOND))
+    by_ab = _windows(run_model_per_row([phase_a + phase_b], LATENESS_S * SECOND, WINDOW_S * SECOND))
+    every = _windows(run_model_per_row([phase_a + phase_b + phase_c], LATENESS_S * SECOND, WINDOW_S * SECOND))
+    by_b, by_c = by_ab - by_a, every - by_ab
+    assert by_a and by_b and by_c and len(every) == sum(every.values())  # each window once in the model
+    # The windows that need state across the phases: [10 s, 20 s) of a has A's 12 s, 17 s and B's 19 s.
+    assert ("a", T0 + 10 * SECOND, T0 + 20 * SECOND, 3, 12.0, 5.0) in by_b
+
+    checkpoint, log_path = tmp_path / "cp", tmp_path / "pipeline.log"
+    produce(bootstrap, "rtm-crash-in", phase_a)
+    out = OutputTopic(bootstrap, "rtm-crash-out")
+    proc = None
+    try:
+        proc, _ = start_pipeline(bootstrap, "rtm-crash-in", "rtm-crash-out", checkpoint, CRASH_BATCH_S, log_path)
+        out.read_until(lambda w: set(by_a) <= set(w), TIMEOUT_S)
+        assert set(out.windows) == set(by_a), (out.windows, by_a)
+        # The first real-time batch ends and commits; B then goes to the second.
+        deadline = time.monotonic() + TIMEOUT_S
+        while not (checkpoint / "commits" / "0").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (checkpoint / "commits" / "0").exists(), log_path.read_text()[-4000:]
+        produce(bootstrap, "rtm-crash-in", phase_b)
+        out.read_until(lambda w: set(by_ab) <= set(w), TIMEOUT_S)
+        assert proc.poll() is None, log_path.read_text()[-4000:]
+        os.killpg(proc.pid, signal.SIGKILL)  # kill -9: the pipeline's Python and its Spark JVM
+        proc.wait()
+        # Whether the second batch had committed before the kill (on a slow machine it may):
+        # if not, its rows are read again and the windows they closed are written again.
+        second_committed = (checkpoint / "commits" / "1").exists()
+
+        proc, _ = start_pipeline(bootstrap, "rtm-crash-in", "rtm-crash-out", checkpoint, CRASH_BATCH_S, log_path)
+        produce(bootstrap, "rtm-crash-in", phase_c)
+        out.read_until(lambda w: set(every) <= set(w), TIMEOUT_S)
+        assert proc.poll() is None, log_path.read_text()[-4000:]
+    finally:
+        out.close()
+        if proc is not None:
+            stop_process(proc)
+    # Every window of the model, with the model's values, and no other.
+    assert set(out.windows) == set(every), (sorted(set(out.windows) - set(every)), sorted(set(every) - set(out.windows)))
+    copies_of_b = 1 if second_committed else 2
+    assert {w: out.windows[w] for w in by_a} == {w: 1 for w in by_a}  # the committed batch: not again
+    assert {w: out.windows[w] for w in by_b} == {w: copies_of_b for w in by_b}, second_committed
+    assert {w: out.windows[w] for w in by_c} == {w: 1 for w in by_c}
