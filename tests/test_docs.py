@@ -12,6 +12,8 @@ import os
 import re
 import shutil
 import subprocess
+import traceback
+import types
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
@@ -248,6 +250,21 @@ def runnable_blocks(path: Path) -> List[str]:
     return blocks
 
 
+def _failed_assert(error: AssertionError, name: str, code: str, namespace: dict) -> str:
+    """What pytest cannot show for exec'd code: the failing line and the values of the names in
+    it (a block's bare ``assert`` says nothing else)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == name]
+    if not frames or frames[-1].lineno is None:
+        return str(error)
+    last = frames[-1].end_lineno or frames[-1].lineno
+    line = " ".join(x.strip() for x in code.splitlines()[frames[-1].lineno - 1 : last])
+    names = dict.fromkeys(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", line))
+    values = {k: namespace[k] for k in names if k in namespace and not callable(namespace[k])
+              and not isinstance(namespace[k], types.ModuleType)}
+    shown = "; ".join(f"{k} = {v!r}"[:2000] for k, v in values.items())
+    return f"{name}:{frames[-1].lineno}: {line}\n{error}\n{shown}"
+
+
 def test_marked_markdown_blocks_run(spark, tmp_path, monkeypatch) -> None:
     """Each Markdown file's runnable blocks, in order, in one namespace per file (as a reader
     pastes them), in a scratch directory."""
@@ -261,7 +278,11 @@ def test_marked_markdown_blocks_run(spark, tmp_path, monkeypatch) -> None:
         seen.add(tuple(blocks))
         namespace: dict = {"__name__": "__docs__"}
         for n, code in enumerate(blocks):
-            exec(compile(code, f"{path.relative_to(ROOT)}[block {n}]", "exec"), namespace)
+            name = f"{path.relative_to(ROOT)}[block {n}]"
+            try:
+                exec(compile(code, name, "exec"), namespace)
+            except AssertionError as e:
+                raise AssertionError(_failed_assert(e, name, code, namespace)) from e
         ran[str(path.relative_to(ROOT))] = len(blocks)
     print("runnable blocks:", ran)
     assert "README.md" in ran, ran
