@@ -47,12 +47,14 @@ VALUE_SCHEMA = "ts TIMESTAMP, temp DOUBLE"
 
 
 def build_session(master: str = "local[4]", kafka_package: str = KAFKA_PACKAGE,
-                  shuffle_partitions: int = 2) -> SparkSession:
+                  shuffle_partitions: int = 2, connect: bool = False) -> SparkSession:
     """A local session with our jar and Spark's Kafka connector (resolved by Ivy from Maven
     Central through dev/ivysettings.xml). ``master`` needs a task slot per source partition
-    plus one per shuffle partition."""
+    plus one per shuffle partition. ``connect``: a Spark Connect session, on a Connect server
+    pyspark starts in this process (``builder.remote(master)``) with the same settings."""
+    base = SparkSession.builder.remote(master) if connect else SparkSession.builder.master(master)
     builder = (
-        SparkSession.builder.master(master)
+        base
         .appName("keyed-watermarks-kafka-real-time")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")
@@ -62,7 +64,8 @@ def build_session(master: str = "local[4]", kafka_package: str = KAFKA_PACKAGE,
         .config("spark.jars.packages", kafka_package)
     )
     spark = kw.configure(builder).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if not connect:  # a Connect session has no SparkContext (the server logs at its default level)
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
@@ -111,10 +114,12 @@ def start(spark: SparkSession, bootstrap: str, input_topic: str, output_topic: s
 
 def stop_process(proc: subprocess.Popen, timeout_s: float = 120) -> None:
     """Stops a pipeline run in a process of its own (``main``, started with
-    ``start_new_session=True``): SIGTERM to its process group (``main`` stops the query, then
-    Spark), SIGKILL if it has not ended within ``timeout_s``."""
+    ``start_new_session=True``): SIGTERM to its Python process (``main`` stops the query, then
+    Spark), SIGKILL to its process group if it has not ended within ``timeout_s``. Not SIGTERM
+    to the group: the Spark JVM (in that group) would stop at once, under the query, and a
+    Connect client then waits for a server that is gone."""
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout_s)
     except subprocess.TimeoutExpired:
@@ -135,8 +140,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--shuffle-partitions", type=int, default=2)
     p.add_argument("--kafka-package", default=KAFKA_PACKAGE)
     p.add_argument("--run-for", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--connect", action="store_true",
+                   help="run the query on a Spark Connect session (a local Connect server in this process)")
     args = p.parse_args(argv)
-    spark = build_session(args.master, args.kafka_package, args.shuffle_partitions)
+    spark = build_session(args.master, args.kafka_package, args.shuffle_partitions, args.connect)
     query = start(spark, args.bootstrap_servers, args.input_topic, args.output_topic, args.checkpoint,
                   args.lateness, args.window, args.batch)
     stop = threading.Event()
