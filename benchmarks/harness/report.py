@@ -73,6 +73,7 @@ def markdown(results: List[Result], header: List[str], notes: List[str]) -> str:
             f"| {_pair(r.emission, 'close_to_out_ms', ',.0f')} |"
             if r.warmup else "")
     lines += ratio_table(results)
+    lines += phase_table(results)
     lines.append("")
     lines += notes
     return "\n".join(lines) + "\n"
@@ -101,4 +102,26 @@ def ratio_table(results: List[Result]) -> List[str]:
         cells = [f"{by[(c, m)].median / k.median:.2f}" if (c, m) in by else "–" for m in others]
         walls = [x.wall_s for x in k.runs]
         lines.append(f"| {c} | " + " | ".join(cells) + f" | {(max(walls) - min(walls)) / k.median:.0%} |")
+    return lines
+
+
+PHASES = ("triggerExecution", "addBatch", "queryPlanning", "getBatch", "latestOffset", "walCommit",
+          "commitOffsets")
+
+
+def phase_table(results: List[Result]) -> List[str]:
+    """Where a micro-batch's time goes: each phase of Spark's `durationMs`, the median over the
+    micro-batches that read rows, then over the timed runs (ms)."""
+    rows = [r for r in results if r.warmup and any(x.phase_ms for x in r.runs)]
+    if not rows:
+        return []
+    lines = ["", "Per micro-batch that read rows, Spark's `durationMs` phases in ms (median over "
+             "the batches, then over the timed runs; *other* = triggerExecution less the rest):", "",
+             "| config | method | " + " | ".join(PHASES) + " | other |",
+             "|---|---|" + "---:|" * (len(PHASES) + 1)]
+    for r in rows:
+        med = {k: statistics.median(x.phase_ms.get(k, 0.0) for x in r.runs) for k in PHASES}
+        other = med["triggerExecution"] - sum(v for k, v in med.items() if k != "triggerExecution")
+        lines.append(f"| {r.config} | {r.method} | " + " | ".join(f"{med[k]:,.0f}" for k in PHASES)
+                     + f" | {other:,.0f} |")
     return lines

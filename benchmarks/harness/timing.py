@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -68,6 +69,9 @@ class Run:
     jvm_cpu_s: Optional[float] = None
     # ours: late rows dropped, summed over the batches' `kw.metrics(...)["late_rows"]`
     late_rows: Optional[int] = None
+    # per phase of Spark's `durationMs` (addBatch, queryPlanning, ...), its median over the
+    # micro-batches that read rows: where a micro-batch's fixed costs go
+    phase_ms: Dict[str, float] = field(default_factory=dict)
 
 
 def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> Run:
@@ -107,7 +111,18 @@ def run_once(spark: SparkSession, method: str, input_dir: Path, work: Path) -> R
             if method == "keyed" else None)
     return Run(wall, rows, len(progress), output_rows, heap.peak, state_rows, state_mem, custom,
                batch_times(progress),
-               cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None, late)
+               cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None, late,
+               phase_medians(progress))
+
+
+def phase_medians(progress: List[dict]) -> Dict[str, float]:
+    """Each `durationMs` phase's median over the micro-batches that read rows."""
+    phases: Dict[str, List[int]] = {}
+    for p in progress:
+        if p["numInputRows"] > 0:
+            for k, v in p["durationMs"].items():
+                phases.setdefault(k, []).append(v)
+    return {k: float(statistics.median(v)) for k, v in sorted(phases.items())}
 
 
 def process_cpu_s(pid: int) -> Optional[float]:
