@@ -47,14 +47,12 @@ VALUE_SCHEMA = "ts TIMESTAMP, temp DOUBLE"
 
 
 def build_session(master: str = "local[4]", kafka_package: str = KAFKA_PACKAGE,
-                  shuffle_partitions: int = 2, connect: bool = False) -> SparkSession:
+                  shuffle_partitions: int = 2) -> SparkSession:
     """A local session with our jar and Spark's Kafka connector (resolved by Ivy from Maven
     Central through dev/ivysettings.xml). ``master`` needs a task slot per source partition
-    plus one per shuffle partition. ``connect``: a Spark Connect session, on a Connect server
-    pyspark starts in this process (``builder.remote(master)``) with the same settings."""
-    base = SparkSession.builder.remote(master) if connect else SparkSession.builder.master(master)
+    plus one per shuffle partition."""
     builder = (
-        base
+        SparkSession.builder.master(master)
         .appName("keyed-watermarks-kafka-real-time")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")
@@ -64,8 +62,7 @@ def build_session(master: str = "local[4]", kafka_package: str = KAFKA_PACKAGE,
         .config("spark.jars.packages", kafka_package)
     )
     spark = kw.configure(builder).getOrCreate()
-    if not connect:  # a Connect session has no SparkContext (the server logs at its default level)
-        spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
@@ -116,8 +113,7 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = 120) -> None:
     """Stops a pipeline run in a process of its own (``main``, started with
     ``start_new_session=True``): SIGTERM to its Python process (``main`` stops the query, then
     Spark), SIGKILL to its process group if it has not ended within ``timeout_s``. Not SIGTERM
-    to the group: the Spark JVM (in that group) would stop at once, under the query, and a
-    Connect client then waits for a server that is gone."""
+    to the group: the Spark JVM (in that group) would stop at once, under the running query."""
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGTERM)
     try:
@@ -140,10 +136,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--shuffle-partitions", type=int, default=2)
     p.add_argument("--kafka-package", default=KAFKA_PACKAGE)
     p.add_argument("--run-for", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--connect", action="store_true",
-                   help="run the query on a Spark Connect session (a local Connect server in this process)")
     args = p.parse_args(argv)
-    spark = build_session(args.master, args.kafka_package, args.shuffle_partitions, args.connect)
+    spark = build_session(args.master, args.kafka_package, args.shuffle_partitions)
     query = start(spark, args.bootstrap_servers, args.input_topic, args.output_topic, args.checkpoint,
                   args.lateness, args.window, args.batch)
     stop = threading.Event()

@@ -8,10 +8,8 @@ turned off); the windows written are the record-at-a-time model's (tests/referen
 real-time batch runs, not at its end (5 minutes after it starts). The rows include one that is
 late only under the record-at-a-time rule, so the micro-batch rule's windows would differ.
 
-And, on a Spark Connect session (the example's ``--connect``: the option `real_time` crosses
-the Connect message as every other option), a crash (kill -9 of the pipeline's process group)
-in the second real-time batch, then a restart from the checkpoint: what docs/real-time.md,
-"Restarts", says happens. The windows the
+And a crash (kill -9 of the pipeline's process group) in the second real-time batch, then a
+restart from the checkpoint: what docs/real-time.md, "Restarts", says happens. The windows the
 completed first batch wrote are not written again; the rows of the batch that was running are
 read again, on the keys' state as the first batch left it, so the windows they closed are
 written again with the same values; every window of the model is written, none with other
@@ -78,7 +76,7 @@ def broker(tmp_path_factory):
 
 
 def start_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint: Path, batch_s: int,
-                   log_path: Path, connect: bool = False):
+                   log_path: Path):
     """examples/kafka_real_time.py in a process group of its own (for stop_process or kill -9),
     and the time its query started (it prints "started <id>"; a restart appends to the log)."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
@@ -88,7 +86,7 @@ def start_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoi
             [sys.executable, str(REPO / "examples" / "kafka_real_time.py"), "--bootstrap-servers", bootstrap,
              "--input-topic", input_topic, "--output-topic", output_topic, "--checkpoint", str(checkpoint),
              "--lateness", f"{LATENESS_S} seconds", "--window", f"{WINDOW_S} seconds",
-             "--batch", f"{batch_s} seconds", "--run-for", str(BATCH_S)] + (["--connect"] if connect else []),
+             "--batch", f"{batch_s} seconds", "--run-for", str(BATCH_S)],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     deadline = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline and proc.poll() is None:
@@ -235,8 +233,7 @@ def test_crash_in_a_real_time_batch_replays_that_batch_on_the_committed_state(br
     out = OutputTopic(bootstrap, "rtm-crash-out")
     proc = None
     try:
-        proc, _ = start_pipeline(bootstrap, "rtm-crash-in", "rtm-crash-out", checkpoint, CRASH_BATCH_S, log_path,
-                                 connect=True)
+        proc, _ = start_pipeline(bootstrap, "rtm-crash-in", "rtm-crash-out", checkpoint, CRASH_BATCH_S, log_path)
         out.read_until(lambda w: set(by_a) <= set(w), TIMEOUT_S)
         assert set(out.windows) == set(by_a), (out.windows, by_a)
         # The first real-time batch ends and commits; B then goes to the second.
@@ -253,8 +250,7 @@ def test_crash_in_a_real_time_batch_replays_that_batch_on_the_committed_state(br
         # if not, its rows are read again and the windows they closed are written again.
         second_committed = (checkpoint / "commits" / "1").exists()
 
-        proc, _ = start_pipeline(bootstrap, "rtm-crash-in", "rtm-crash-out", checkpoint, CRASH_BATCH_S, log_path,
-                                 connect=True)
+        proc, _ = start_pipeline(bootstrap, "rtm-crash-in", "rtm-crash-out", checkpoint, CRASH_BATCH_S, log_path)
         produce(bootstrap, "rtm-crash-in", phase_c)
         out.read_until(lambda w: set(every) <= set(w), TIMEOUT_S)
         assert proc.poll() is None, log_path.read_text()[-4000:]
