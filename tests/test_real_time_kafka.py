@@ -136,6 +136,17 @@ def consume(bootstrap: str, topic: str, expected: int, deadline: float):
     return got
 
 
+def model_windows(model) -> Counter:
+    """A model run's emitted windows, as the output topic's rows are read (``written``)."""
+    return Counter((w.key, w.start, w.end, len(w.values), float(sum(w.values)), max(w.values))
+                   for w in model.emitted)
+
+
+def written(r: dict) -> tuple:
+    """One output-topic row (a window as JSON) as the tuple ``model_windows`` counts."""
+    return (r["device"], r["start_us"], r["end_us"], r["n"], r["sum_temp"], r["max_temp"])
+
+
 def test_keyed_windows_close_row_by_row_in_real_time_mode(broker, tmp_path):
     bootstrap = broker.bootstrap
     ensure_topic(bootstrap, "rtm-in", 2)
@@ -143,8 +154,7 @@ def test_keyed_windows_close_row_by_row_in_real_time_mode(broker, tmp_path):
     produce(bootstrap, "rtm-in")
     batches = [[(d, t, v) for d, t, v in rows()]]
     model = run_model_per_row(batches, LATENESS_S * SECOND, WINDOW_S * SECOND)
-    want = Counter((w.key, w.start, w.end, len(w.values), float(sum(w.values)), max(w.values))
-                   for w in model.emitted)
+    want = model_windows(model)
     # The micro-batch rule over the same rows differs (device a's row at 4 s is on time there).
     micro = run_model(batches, LATENESS_S * SECOND, WINDOW_S * SECOND, max_skew=None)
     assert Counter((w.key, w.start, w.end, len(w.values)) for w in micro.emitted) != \
@@ -157,8 +167,7 @@ def test_keyed_windows_close_row_by_row_in_real_time_mode(broker, tmp_path):
         assert proc.poll() is None, log_path.read_text()[-4000:]
     finally:
         stop_process(proc)
-    windows = Counter((r["device"], r["start_us"], r["end_us"], r["n"], r["sum_temp"], r["max_temp"])
-                      for r, _ in got)
+    windows = Counter(written(r) for r, _ in got)
     assert windows == want
     # Written while the first real-time batch (BATCH_S) still ran: row by row, not at its end.
     assert all(at - started < BATCH_S - 30 for _, at in got)
@@ -181,11 +190,6 @@ def crash_rows():
     return a, b, c
 
 
-def _windows(model):
-    return Counter((w.key, w.start, w.end, len(w.values), float(sum(w.values)), max(w.values))
-                   for w in model.emitted)
-
-
 class OutputTopic:
     """The output topic read from its start, across the pipeline's crash and restart."""
 
@@ -204,8 +208,7 @@ class OutputTopic:
         while time.monotonic() < deadline:
             m = self.consumer.poll(0.5)
             if m is not None and m.error() is None:
-                r = json.loads(m.value())
-                self.windows[(r["device"], r["start_us"], r["end_us"], r["n"], r["sum_temp"], r["max_temp"])] += 1
+                self.windows[written(json.loads(m.value()))] += 1
             if quiet_from is None and done(self.windows):
                 quiet_from = time.monotonic()
             if quiet_from is not None and time.monotonic() - quiet_from > 3:
@@ -220,9 +223,9 @@ def test_crash_in_a_real_time_batch_replays_that_batch_on_the_committed_state(br
     ensure_topic(bootstrap, "rtm-crash-in", 2)
     ensure_topic(bootstrap, "rtm-crash-out", 1)
     phase_a, phase_b, phase_c = crash_rows()
-    by_a = _windows(run_model_per_row([phase_a], LATENESS_S * SECOND, WINDOW_S * SECOND))
-    by_ab = _windows(run_model_per_row([phase_a + phase_b], LATENESS_S * SECOND, WINDOW_S * SECOND))
-    every = _windows(run_model_per_row([phase_a + phase_b + phase_c], LATENESS_S * SECOND, WINDOW_S * SECOND))
+    by_a = model_windows(run_model_per_row([phase_a], LATENESS_S * SECOND, WINDOW_S * SECOND))
+    by_ab = model_windows(run_model_per_row([phase_a + phase_b], LATENESS_S * SECOND, WINDOW_S * SECOND))
+    every = model_windows(run_model_per_row([phase_a + phase_b + phase_c], LATENESS_S * SECOND, WINDOW_S * SECOND))
     by_b, by_c = by_ab - by_a, every - by_ab
     assert by_a and by_b and by_c and len(every) == sum(every.values())  # each window once in the model
     # The windows that need state across the phases: [10 s, 20 s) of a has A's 12 s, 17 s and B's 19 s.
