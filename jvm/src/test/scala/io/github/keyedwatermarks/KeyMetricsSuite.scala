@@ -1,8 +1,13 @@
 package io.github.keyedwatermarks
 
+import org.apache.spark.sql.{DataFrame, Row}
+import org.apache.spark.sql.execution.CollectMetricsExec
 import org.apache.spark.sql.functions._
 
-import io.github.keyedwatermarks.emission.{KeyTally, KeyTallyMerge, LagHistogram, WindowEmitter}
+import io.github.keyedwatermarks.contract.Contract
+import io.github.keyedwatermarks.emission.{
+  KeyTally, LagHistogram, LastAttemptTallies, OutputMetrics, OutputMetricsExec, OutputTally, WindowEmitter
+}
 import io.github.keyedwatermarks.watermark.HeldWatermark
 
 class KeyMetricsSuite extends SparkSuite {
@@ -74,6 +79,13 @@ class KeyMetricsSuite extends SparkSuite {
 
   private val StuckAfter = 5000000L
 
+  /** The per-key metrics of `df`'s BINARY tallies `t` (as "key" rows), by Spark's own aggregation of the columns. */
+  private def keyMetricsOf(df: DataFrame): Row = {
+    val rows = df.select(lit(WindowEmitter.KeyKindValue).as("kind"), lit(null).cast("long").as("late"), col("t"))
+    val cols = OutputMetrics.columns(rows, "kind", "late", "t", keyMetrics = true)
+    rows.agg(cols.head, cols.tail: _*).head()
+  }
+
   test("the per-batch metrics: tallies of several tasks, merged by a Spark aggregate, are those of all keys") {
     val spark2 = spark
     import spark2.implicits._
@@ -81,7 +93,7 @@ class KeyMetricsSuite extends SparkSuite {
     val watermarks = values.indices.map(i => 1700000000000000L + i * 1000L)
     val parts = values.indices.grouped(700).map(ix => tallyOf(ix.map(watermarks), j => values(ix(j))).toBytes).toSeq
     val df = (parts.map(Option(_)) ++ Seq(None)).toDF("t").repartition(3)
-    val got = df.agg(KeyTallyMerge.of(col("t"))).head().getStruct(0)
+    val got = keyMetricsOf(df)
     val h = histogramOf(values)
     val n = values.size.toLong
     assert(got.getAs[Long]("keys_in_batch") == n)
@@ -102,8 +114,7 @@ class KeyMetricsSuite extends SparkSuite {
     val rnd = new scala.util.Random(7)
     val watermarks = Seq.fill(2000)(1700000000000000L + rnd.nextInt(3600) * 1000000L)
     val parts = watermarks.grouped(600).map(w => tallyOf(w, _ => HeldWatermark.Undefined).toBytes).toSeq
-    val got = parts.toDF("t").repartition(2).agg(KeyTallyMerge.of(col("t")))
-      .head().getStruct(0)
+    val got = keyMetricsOf(parts.toDF("t").repartition(2))
     val highest = watermarks.max
     assert(got.getAs[Double]("watermark_lag_min_s") == 0.0)
     assert(got.getAs[Double]("watermark_lag_max_s") == (highest - watermarks.min) / 1e6)
@@ -115,10 +126,55 @@ class KeyMetricsSuite extends SparkSuite {
       assert(got.getAs[Double](name) >= window.min && got.getAs[Double](name) <= window.max, name)
     }
     assert(got.isNullAt(got.fieldIndex("stuck_keys")))
-    val empty = Seq(Option.empty[Array[Byte]]).toDF("t").agg(KeyTallyMerge.of(col("t")))
-      .head().getStruct(0)
+    val empty = keyMetricsOf(Seq(Option.empty[Array[Byte]]).toDF("t"))
     assert(empty.getAs[Long]("keys_in_batch") == 0L)
     for (name <- Seq("watermark_lag_min_s", "watermark_lag_p50_s", "watermark_lag_max_s", "stuck_keys"))
       assert(empty.isNullAt(empty.fieldIndex(name)), name)
+  }
+
+  test("the observation in one pass (OutputMetricsExec) gives the row Spark's aggregation of its columns gives") {
+    val spark2 = spark
+    import spark2.implicits._
+    val rnd = new scala.util.Random(13)
+    val kinds = Seq(Contract.Kinds.Window, Contract.Kinds.Watermark, Contract.Kinds.LateRow, WindowEmitter.KeyKindValue)
+    val rows = (0 until 600).map { i =>
+      val kind = kinds(rnd.nextInt(kinds.size))
+      val late = if (rnd.nextInt(3) == 0) None else Some(rnd.nextInt(5).toLong)
+      val tally = if (kind != WindowEmitter.KeyKindValue) None
+      else Some(tallyOf(
+          Seq.fill(1 + rnd.nextInt(20))(1700000000000000L + rnd.nextInt(1000) * 1000L),
+          _ => rnd.nextInt(20000000).toLong - 5000000L).toBytes)
+      (kind, late, tally)
+    }.toDF("kind", "late", "t").repartition(3)
+    for (keyMetrics <- Seq(true, false)) {
+      val cols = OutputMetrics.columns(rows, "kind", "late", "t", keyMetrics)
+      val observed = rows.observe("kw_test_output", cols.head, cols.tail: _*)
+      assert(observed.collect().length == 600)
+      // Planned as our one-pass node (the final plan of an adaptive one holds it).
+      val plan = CollectMetricsExec.stripAQEPlan(observed.queryExecution.executedPlan)
+      assert(plan.collect { case e: OutputMetricsExec => e }.size == 1, plan.treeString)
+      val got = observed.queryExecution.observedMetrics("kw_test_output")
+      val expected = rows.agg(cols.head, cols.tail: _*).head()
+      assert(got.schema == expected.schema)
+      assert(got == expected, s"keyMetrics=$keyMetrics")
+      assert(got.getAs[Long]("windows_emitted") == rows.where($"kind" === Contract.Kinds.Window).count())
+    }
+  }
+
+  test("a partition's tally counts once, its last attempt's") {
+    def tally(windows: Long): Array[Byte] = { val t = new OutputTally; t.windows = windows; t.toBytes }
+    val a = new LastAttemptTallies
+    a.add((0, 0L, tally(5)))
+    a.add((1, 0L, tally(7)))
+    val retried = new LastAttemptTallies
+    retried.add((0, 1L << 32, tally(6))) // partition 0 again, in the stage's second attempt
+    retried.add((1, 0L, tally(7)))
+    a.merge(retried)
+    assert(a.value.windows == 13)
+    a.add((0, 0L, tally(100))) // a late report of the first attempt does not replace the second's
+    assert(a.value.windows == 13)
+    assert(a.copy().value.windows == 13 && !a.isZero)
+    a.reset()
+    assert(a.isZero && a.value.windows == 0)
   }
 }

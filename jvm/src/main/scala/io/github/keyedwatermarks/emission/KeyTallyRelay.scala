@@ -10,7 +10,7 @@ import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
  * After the keyed operator, in the same task: passes the operator's rows (one BINARY column,
  * see [[WindowEmitter.OperatorOutputSchema]]) through and adds, after the last, one "key" row
  * with the task's [[KeyTally]] (operator `tallyId`'s, see [[KeyTally.openForTask]]), which the
- * per-batch metrics merge ([[KeyMetrics]]) and then drop. The operator itself cannot emit it:
+ * per-batch metrics merge ([[OutputMetrics]]) and then drop. The operator itself cannot emit it:
  * `transformWithState` hands its processor no end-of-partition call that returns rows.
  */
 private[keyedwatermarks] final case class KeyTallyRelay(tallyId: String, emitter: WindowEmitter, child: LogicalPlan)

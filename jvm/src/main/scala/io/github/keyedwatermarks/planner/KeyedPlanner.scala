@@ -9,7 +9,7 @@ import org.apache.spark.sql.types.{MetadataBuilder, StructType}
 import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
 import io.github.keyedwatermarks.partials.{PartialAggregation, PartialColumns, RowPartials}
-import io.github.keyedwatermarks.emission.{KeyMetrics, KeyTallyRelay, WindowEmitter}
+import io.github.keyedwatermarks.emission.{KeyTallyRelay, WindowEmitter, OutputMetrics => OutputMetricColumns}
 import io.github.keyedwatermarks.hooks.{AfterKeyedStageCheck, SparkHooks}
 import io.github.keyedwatermarks.input.{
   DedupColumns, DurationColumn, InputPlan, InvalidRows, ProjectedInput, SessionGap
@@ -265,14 +265,9 @@ private[keyedwatermarks] object KeyedPlanner {
    * operator's tasks ("key" rows, one per task), which only feed the metrics and are dropped here.
    */
   def observed(all: DataFrame, name: String = OutputMetrics, keyMetrics: Boolean = true): DataFrame = {
-    val metrics = Seq(
-      F.coalesce(F.sum(all.col(WindowEmitter.LateRowsColumn)), F.lit(0L)).as("late_rows"),
-      F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Watermark, 1)).as(
-        "keys_with_held_watermark")) ++
-      (if (keyMetrics) KeyMetrics.columns(all, WindowEmitter.KeyMetricsColumn) else Nil)
-    val withMetrics = all.observe(name,
-      F.count(F.when(all.col(WindowEmitter.KindColumn) === Contract.Kinds.Window, 1)).as("windows_emitted"),
-      metrics: _*)
+    val metrics = OutputMetricColumns.columns(all, WindowEmitter.KindColumn, WindowEmitter.LateRowsColumn,
+      WindowEmitter.KeyMetricsColumn, keyMetrics)
+    val withMetrics = all.observe(name, metrics.head, metrics.tail: _*)
     withMetrics.where(withMetrics.col(WindowEmitter.KindColumn) =!= WindowEmitter.KeyKindValue)
       .drop(WindowEmitter.KeyMetricsColumn)
   }
