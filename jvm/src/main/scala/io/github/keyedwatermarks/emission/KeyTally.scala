@@ -20,7 +20,7 @@ import io.github.keyedwatermarks.watermark.HeldWatermark
  * cost ours about a fifth of its throughput with 100k keys per batch
  * (benchmarks/results/regression-bisect.md). The operator now adds each key to its task's
  * tally (a few counters and a histogram bucket) and [[KeyTallyRelayExec]] emits the tally as
- * one row after the task's last output row, which `observe()` merges ([[OutputMetric]], planned as [[OutputMetricsExec]]).
+ * one row after the task's last output row, which `observe()` merges ([[OutputMetric]]).
  *
  * Lags (Spark's global watermark minus the key's, microseconds) go into a [[LagHistogram]]
  * (exact min and max, p50 and p95 within 0.4%). Keys with a watermark but no lag (no global

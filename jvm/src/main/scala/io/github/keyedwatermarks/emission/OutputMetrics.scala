@@ -11,6 +11,7 @@ import org.apache.spark.sql.keyedwatermarks.SparkBridge
 import org.apache.spark.sql.types.{DataType, LongType, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
+import io.github.keyedwatermarks.catalyst.TallyField
 import io.github.keyedwatermarks.contract.Contract
 
 /**
@@ -34,7 +35,7 @@ import io.github.keyedwatermarks.contract.Contract
  *    are exact.
  *
  * Every column is an [[OutputMetric]] over the same three columns, so the whole observation is
- * one pass over the rows: [[OutputMetricsExec]] plans it as that, one tally per task. Without
+ * one pass over the rows: `catalyst.OnePassMetricsExec` plans it as that, one tally per task. Without
  * that node (a plan Spark builds on its own, `CollectMetricsExec`) the same aggregates give the
  * same row, each column on its own.
  */
@@ -84,10 +85,6 @@ private[keyedwatermarks] final class OutputTally {
     case f => keys.metrics.get(f - 3, KeyTally.MetricsSchema(f - 3).dataType)
   }
 
-  /** Every field of `CountsSchema ++ KeyTally.MetricsSchema`, the key metrics computed once. */
-  def row: InternalRow =
-    InternalRow.fromSeq(Seq(windows, lateRows, heldWatermarks) ++ keys.metrics.toSeq(KeyTally.MetricsSchema))
-
   def toBytes: Array[Byte] = {
     val tally = keys.toBytes
     ByteBuffer.allocate(24 + tally.length).putLong(windows).putLong(lateRows).putLong(heldWatermarks).put(tally).array()
@@ -113,7 +110,7 @@ private[keyedwatermarks] object OutputTally {
 private[keyedwatermarks] final case class OutputMetric(
     field: Int, kind: Expression, late: Expression, tally: Expression,
     mutableAggBufferOffset: Int = 0, inputAggBufferOffset: Int = 0)
-    extends TypedImperativeAggregate[OutputTally] with TernaryLike[Expression] {
+    extends TypedImperativeAggregate[OutputTally] with TernaryLike[Expression] with TallyField {
 
   override def first: Expression = kind
   override def second: Expression = late

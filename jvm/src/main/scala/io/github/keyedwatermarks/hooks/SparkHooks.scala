@@ -6,7 +6,8 @@ import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
 import org.apache.spark.sql.execution.SparkStrategy
 
 import io.github.keyedwatermarks.contract.Contract
-import io.github.keyedwatermarks.emission.{KeyTallyRelayStrategy, OutputMetricsStrategy}
+import io.github.keyedwatermarks.catalyst.OnePassMetricsStrategy
+import io.github.keyedwatermarks.emission.KeyTallyRelayStrategy
 import io.github.keyedwatermarks.partials.KeyedPartialAggregateStrategy
 
 /**
@@ -16,9 +17,9 @@ import io.github.keyedwatermarks.partials.KeyedPartialAggregateStrategy
  * query's own call is here:
  *
  *  - planner strategies of our two logical nodes (partials.KeyedPartialAggregateStrategy,
- *    emission.KeyTallyRelayStrategy) and of the output metrics' observation
- *    (emission.OutputMetricsStrategy: one pass instead of Spark's CollectMetricsExec):
- *    physical planning;
+ *    emission.KeyTallyRelayStrategy), and of observations made of one tally's fields, the
+ *    input and output metrics (catalyst.OnePassMetricsStrategy: one pass instead of Spark's
+ *    CollectMetricsExec): physical planning;
  *  - [[AfterKeyedStageCheck]], a check rule: refuses a Spark stateful operator after a keyed
  *    stage when the DataFrame is built (analysis); off while a keyed stage itself is planned
  *    ([[AfterKeyedStageCheck.whilePlanning]]: its reference aggregation may sit on another stage);
@@ -36,7 +37,7 @@ import io.github.keyedwatermarks.partials.KeyedPartialAggregateStrategy
  */
 private[keyedwatermarks] object SparkHooks {
   /** The planner strategies of our own plan nodes and observation. */
-  val strategies: Seq[SparkStrategy] = Seq(KeyedPartialAggregateStrategy, KeyTallyRelayStrategy, OutputMetricsStrategy)
+  val strategies: Seq[SparkStrategy] = Seq(KeyedPartialAggregateStrategy, KeyTallyRelayStrategy, OnePassMetricsStrategy)
 
   // The sessions Spark built with our extension (weakly held: a stopped session goes away).
   private val installed = Collections.synchronizedMap(new WeakHashMap[SparkSession, java.lang.Boolean]())

@@ -1,6 +1,16 @@
 package io.github.keyedwatermarks.input
 
+import java.nio.ByteBuffer
+
 import org.apache.spark.sql.{Column, DataFrame, functions => F}
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.Expression
+import org.apache.spark.sql.catalyst.expressions.aggregate.TypedImperativeAggregate
+import org.apache.spark.sql.catalyst.trees.BinaryLike
+import org.apache.spark.sql.keyedwatermarks.SparkBridge
+import org.apache.spark.sql.types.{DataType, LongType}
+
+import io.github.keyedwatermarks.catalyst.TallyField
 
 /**
  * Rows that can never be aggregated (null key, null event time, null source, a session gap
@@ -15,7 +25,8 @@ import org.apache.spark.sql.{Column, DataFrame, functions => F}
  * the reasons that occurred (one per reason; with Spark's HashAggregateExec one per key and
  * reason): the window start is [[sentinelStart]] of the reason and the row count the number of
  * such rows. [[observe]] then sums row counts over partials (a few
- * thousand per batch instead of every row) and drops the sentinels before the shuffle.
+ * thousand per batch instead of every row), all counts in one pass ([[InputMetric]]), and drops
+ * the sentinels before the shuffle.
  */
 private[keyedwatermarks] object InvalidRows {
   val Valid = 0
@@ -49,18 +60,72 @@ private[keyedwatermarks] object InvalidRows {
   def observe(
       partials: DataFrame, windowStart: String, rows: String, withSource: Boolean, withGap: Boolean,
       withLateness: Boolean = false, withFuture: Boolean = false, name: String = InputPlan.InputMetrics): DataFrame = {
-    val start = partials.col(windowStart)
-    val count = partials.col(rows)
-    def total(c: Column) = F.coalesce(F.sum(c), F.lit(0L))
-    def ofReason(reason: Int) = total(F.when(start === sentinelStart(reason), count))
+    val start = SparkBridge.expression(partials.col(windowStart))
+    val count = SparkBridge.expression(partials.col(rows))
+    def counter(reason: Int, column: String) = SparkBridge.column(InputMetric(reason, start, count)).as(column)
     val metrics = Seq(
-      total(count).as("input_rows"),
-      ofReason(NullKey).as("null_key_rows"),
-      ofReason(NullEventTime).as("null_event_time_rows")) ++
-      (if (withSource) Seq(ofReason(NullSource).as("null_source_rows")) else Nil) ++
-      (if (withGap) Seq(ofReason(BadGap).as("invalid_gap_rows")) else Nil) ++
-      (if (withLateness) Seq(ofReason(BadLateness).as("invalid_lateness_rows")) else Nil) ++
-      (if (withFuture) Seq(ofReason(FutureEventTime).as("future_event_time_rows")) else Nil)
-    partials.observe(name, metrics.head, metrics.tail: _*).where(start > LastSentinel)
+      counter(Valid, "input_rows"),
+      counter(NullKey, "null_key_rows"),
+      counter(NullEventTime, "null_event_time_rows")) ++
+      (if (withSource) Seq(counter(NullSource, "null_source_rows")) else Nil) ++
+      (if (withGap) Seq(counter(BadGap, "invalid_gap_rows")) else Nil) ++
+      (if (withLateness) Seq(counter(BadLateness, "invalid_lateness_rows")) else Nil) ++
+      (if (withFuture) Seq(counter(FutureEventTime, "future_event_time_rows")) else Nil)
+    partials.observe(name, metrics.head, metrics.tail: _*).where(partials.col(windowStart) > LastSentinel)
   }
+}
+
+/**
+ * The input rows of the partials `start` (window start) and `rows` (row count), for `reason`:
+ * every row ([[InvalidRows.Valid]]) or the sentinels' of one reason. Its columns share one
+ * tally (every reason's count), so the observation is one pass (`catalyst.OnePassMetricsExec`).
+ */
+private[keyedwatermarks] final case class InputMetric(
+    field: Int, start: Expression, rows: Expression, mutableAggBufferOffset: Int = 0, inputAggBufferOffset: Int = 0)
+    extends TypedImperativeAggregate[Array[Long]] with BinaryLike[Expression] with TallyField {
+
+  override def left: Expression = start
+  override def right: Expression = rows
+  override def dataType: DataType = LongType
+  override def nullable: Boolean = false
+  override def prettyName: String = "kw_input_rows"
+
+  override def createAggregationBuffer(): Array[Long] = new Array[Long](InvalidRows.Reasons.max + 1)
+
+  override def update(buffer: Array[Long], input: InternalRow): Array[Long] = {
+    val n = rows.eval(input)
+    if (n != null) {
+      val count = n.asInstanceOf[Long]
+      buffer(InvalidRows.Valid) += count
+      val s = start.eval(input)
+      if (s != null) {
+        val reason = s.asInstanceOf[Long] - Long.MinValue // sentinelStart(reason) = Long.MinValue + reason
+        if (reason > 0 && reason < buffer.length) buffer(reason.toInt) += count
+      }
+    }
+    buffer
+  }
+
+  override def merge(buffer: Array[Long], other: Array[Long]): Array[Long] = {
+    for (i <- buffer.indices) buffer(i) += other(i)
+    buffer
+  }
+
+  override def eval(buffer: Array[Long]): Any = buffer(field)
+
+  override def serialize(buffer: Array[Long]): Array[Byte] = {
+    val out = ByteBuffer.allocate(8 * buffer.length)
+    buffer.foreach(out.putLong)
+    out.array()
+  }
+
+  override def deserialize(bytes: Array[Byte]): Array[Long] = {
+    val in = ByteBuffer.wrap(bytes)
+    Array.fill(bytes.length / 8)(in.getLong())
+  }
+
+  override def withNewMutableAggBufferOffset(offset: Int): InputMetric = copy(mutableAggBufferOffset = offset)
+  override def withNewInputAggBufferOffset(offset: Int): InputMetric = copy(inputAggBufferOffset = offset)
+  override protected def withNewChildrenInternal(newLeft: Expression, newRight: Expression): InputMetric =
+    copy(start = newLeft, rows = newRight)
 }
