@@ -65,8 +65,8 @@ private[keyedwatermarks] final class OnePassMetricsExec(
       BindReferences.bindReference(columns.head: Expression, child.output).asInstanceOf[TypedImperativeAggregate[Any]]
     child.execute().mapPartitions { rows =>
       val t = tally.createAggregationBuffer()
-      // Published once the task's rows are all read (as CollectMetricsExec does), so the driver
-      // never sees a part of a task.
+      // Published when the task completes (as CollectMetricsExec does): the driver never sees a
+      // running task's partial tally, and a failed task's updates are not merged.
       TaskContext.get().addTaskCompletionListener[Unit] { ctx =>
         acc.add((ctx.partitionId(), (ctx.stageAttemptNumber().toLong << 32) | ctx.attemptNumber(), tally.serialize(t)))
       }
