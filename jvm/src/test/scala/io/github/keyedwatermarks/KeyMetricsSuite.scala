@@ -145,13 +145,14 @@ class KeyMetricsSuite extends SparkSuite {
           _ => rnd.nextInt(20000000).toLong - 5000000L).toBytes)
       (kind, late, tally)
     }.toDF("kind", "late", "t").repartition(3)
-    for (keyMetrics <- Seq(true, false)) {
-      val cols = OutputMetrics.columns(rows, "kind", "late", "t", keyMetrics)
+    // onePass = false (a stage planned for real-time mode): Spark's own node, the same row.
+    for ((keyMetrics, onePass) <- Seq((true, true), (false, true), (true, false))) {
+      val cols = OutputMetrics.columns(rows, "kind", "late", "t", keyMetrics, onePass)
       val observed = rows.observe("kw_test_output", cols.head, cols.tail: _*)
       assert(observed.collect().length == 600)
       // Planned as our one-pass node (the final plan of an adaptive one holds it).
       val plan = CollectMetricsExec.stripAQEPlan(observed.queryExecution.executedPlan)
-      assert(plan.collect { case e: OnePassMetricsExec => e }.size == 1, plan.treeString)
+      assert(plan.collect { case e: OnePassMetricsExec => e }.size == (if (onePass) 1 else 0), plan.treeString)
       val got = observed.queryExecution.observedMetrics("kw_test_output")
       val expected = rows.agg(cols.head, cols.tail: _*).head()
       assert(got.schema == expected.schema)

@@ -20,6 +20,13 @@ import org.apache.spark.util.AccumulatorV2
  */
 private[keyedwatermarks] trait TallyField { self: TypedImperativeAggregate[_] =>
   def field: Int
+
+  /**
+   * False in a stage planned for Spark's real-time mode: its allowlist of physical nodes goes
+   * by class name, and holds `CollectMetricsExec` but not a subclass, so there the observation
+   * stays Spark's own node (the same row, column by column).
+   */
+  def onePass: Boolean
 }
 
 /**
@@ -121,7 +128,7 @@ private[keyedwatermarks] object OnePassMetricsStrategy extends SparkStrategy {
 
   private def onePass(metrics: Seq[NamedExpression]): Boolean = {
     val found = metrics.map(metricOf)
-    found.nonEmpty && found.forall(_.isDefined) && {
+    found.nonEmpty && found.forall(m => m.isDefined && m.get.asInstanceOf[TallyField].onePass) && {
       val first = found.head.get
       found.flatten.forall(m =>
         m.getClass == first.getClass && m.children.length == first.children.length &&

@@ -46,11 +46,13 @@ private[keyedwatermarks] object OutputMetrics {
     .add("keys_with_held_watermark", LongType, nullable = false)
 
   /** The observed columns of `all`'s `kind`, `late` and `tally` columns (see [[WindowEmitter]]), in order. */
-  def columns(all: DataFrame, kind: String, late: String, tally: String, keyMetrics: Boolean): Seq[Column] = {
+  def columns(
+      all: DataFrame, kind: String, late: String, tally: String, keyMetrics: Boolean, onePass: Boolean = true)
+      : Seq[Column] = {
     val schema = if (keyMetrics) StructType(CountsSchema ++ KeyTally.MetricsSchema) else CountsSchema
     val children = Seq(kind, late, tally).map(c => SparkBridge.expression(all.col(c)))
     schema.fieldNames.toSeq.zipWithIndex.map { case (name, field) =>
-      SparkBridge.column(OutputMetric(field, children(0), children(1), children(2))).as(name)
+      SparkBridge.column(OutputMetric(field, children(0), children(1), children(2), onePass)).as(name)
     }
   }
 }
@@ -108,7 +110,7 @@ private[keyedwatermarks] object OutputTally {
 
 /** Field `field` of [[OutputMetrics]]' row, over rows' `kind`, `late` (rows) and `tally` (BINARY) columns. */
 private[keyedwatermarks] final case class OutputMetric(
-    field: Int, kind: Expression, late: Expression, tally: Expression,
+    field: Int, kind: Expression, late: Expression, tally: Expression, onePass: Boolean = true,
     mutableAggBufferOffset: Int = 0, inputAggBufferOffset: Int = 0)
     extends TypedImperativeAggregate[OutputTally] with TernaryLike[Expression] with TallyField {
 

@@ -59,10 +59,11 @@ private[keyedwatermarks] object InvalidRows {
    */
   def observe(
       partials: DataFrame, windowStart: String, rows: String, withSource: Boolean, withGap: Boolean,
-      withLateness: Boolean = false, withFuture: Boolean = false, name: String = InputPlan.InputMetrics): DataFrame = {
+      withLateness: Boolean = false, withFuture: Boolean = false, name: String = InputPlan.InputMetrics,
+      onePass: Boolean = true): DataFrame = {
     val start = SparkBridge.expression(partials.col(windowStart))
     val count = SparkBridge.expression(partials.col(rows))
-    def counter(reason: Int, column: String) = SparkBridge.column(InputMetric(reason, start, count)).as(column)
+    def counter(reason: Int, column: String) = SparkBridge.column(InputMetric(reason, start, count, onePass)).as(column)
     val metrics = Seq(
       counter(Valid, "input_rows"),
       counter(NullKey, "null_key_rows"),
@@ -81,7 +82,8 @@ private[keyedwatermarks] object InvalidRows {
  * tally (every reason's count), so the observation is one pass (`catalyst.OnePassMetricsExec`).
  */
 private[keyedwatermarks] final case class InputMetric(
-    field: Int, start: Expression, rows: Expression, mutableAggBufferOffset: Int = 0, inputAggBufferOffset: Int = 0)
+    field: Int, start: Expression, rows: Expression, onePass: Boolean = true, mutableAggBufferOffset: Int = 0,
+    inputAggBufferOffset: Int = 0)
     extends TypedImperativeAggregate[Array[Long]] with BinaryLike[Expression] with TallyField {
 
   override def left: Expression = start

@@ -42,7 +42,7 @@ private[keyedwatermarks] object KeyedPlanner {
     val all = observed(
       p.projected.invalidRows.fold(out)(invalid =>
         out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))),
-      KeyedStages.metricsName(OutputMetrics, p.stage), spec.watermark.keyMetrics)
+      KeyedStages.metricsName(OutputMetrics, p.stage), spec.watermark.keyMetrics, onePass = !spec.watermark.realTime)
     if (spec.aggregation.withReport) all else p.operatorPlan.emitter.windowsOnly(all)
   }
 
@@ -108,7 +108,7 @@ private[keyedwatermarks] object KeyedPlanner {
         case KeyLateness.Fixed | _: KeyLateness.Adaptive => false
       },
       withFuture = spec.watermark.maxAheadMicros.isDefined,
-      name = KeyedStages.metricsName(InputPlan.InputMetrics, stage))
+      name = KeyedStages.metricsName(InputPlan.InputMetrics, stage), onePass = !spec.watermark.realTime)
     // A value is the payload bytes (plus the key columns, which Spark's value encoder must
     // cover), so the encoders copy one array per partial instead of converting every field to a
     // Row and back. (A key hash leading the grouping, to make the sort's prefix decide, cost
@@ -264,9 +264,10 @@ private[keyedwatermarks] object KeyedPlanner {
    * with the per-key metrics (keys in state, released, watermark lag) from the tallies of the
    * operator's tasks ("key" rows, one per task), which only feed the metrics and are dropped here.
    */
-  def observed(all: DataFrame, name: String = OutputMetrics, keyMetrics: Boolean = true): DataFrame = {
+  def observed(
+      all: DataFrame, name: String = OutputMetrics, keyMetrics: Boolean = true, onePass: Boolean = true): DataFrame = {
     val metrics = OutputMetricColumns.columns(all, WindowEmitter.KindColumn, WindowEmitter.LateRowsColumn,
-      WindowEmitter.KeyMetricsColumn, keyMetrics)
+      WindowEmitter.KeyMetricsColumn, keyMetrics, onePass)
     val withMetrics = all.observe(name, metrics.head, metrics.tail: _*)
     withMetrics.where(withMetrics.col(WindowEmitter.KindColumn) =!= WindowEmitter.KeyKindValue)
       .drop(WindowEmitter.KeyMetricsColumn)
