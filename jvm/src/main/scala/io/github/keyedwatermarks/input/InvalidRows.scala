@@ -50,6 +50,9 @@ private[keyedwatermarks] object InvalidRows {
    * year 1, is about -6.2e16 microseconds).
    */
   def sentinelStart(reason: Int): Long = Long.MinValue + reason
+
+  /** The reason of a window start if it is a sentinel's (see [[sentinelStart]]), else a value outside 1 to 6. */
+  def reasonOf(start: Long): Long = start - Long.MinValue
   private val LastSentinel = sentinelStart(Reasons.max)
 
   /**
@@ -101,7 +104,7 @@ private[keyedwatermarks] final case class InputMetric(
       buffer(InvalidRows.Valid) += count
       val s = start.eval(input)
       if (s != null) {
-        val reason = s.asInstanceOf[Long] - Long.MinValue // sentinelStart(reason) = Long.MinValue + reason
+        val reason = InvalidRows.reasonOf(s.asInstanceOf[Long])
         if (reason > 0 && reason < buffer.length) buffer(reason.toInt) += count
       }
     }
