@@ -112,10 +112,11 @@ private[keyedwatermarks] final class LastAttemptTallies
 
 /** Plans an observation made only of [[TallyField]]s of one class over the same children as [[OnePassMetricsExec]]. */
 private[keyedwatermarks] object OnePassMetricsStrategy extends SparkStrategy {
-  def metricOf(e: NamedExpression): Option[TypedImperativeAggregate[Any]] = e match {
+  def metricOf(e: NamedExpression): Option[TypedImperativeAggregate[Any] with TallyField] = e match {
     case Alias(ae: AggregateExpression, _) if !ae.isDistinct && ae.filter.isEmpty =>
       ae.aggregateFunction match {
-        case m: TypedImperativeAggregate[_] with TallyField => Some(m.asInstanceOf[TypedImperativeAggregate[Any]])
+        case m: TypedImperativeAggregate[_] with TallyField =>
+          Some(m.asInstanceOf[TypedImperativeAggregate[Any] with TallyField])
         case _ => None
       }
     case _ => None
@@ -128,7 +129,7 @@ private[keyedwatermarks] object OnePassMetricsStrategy extends SparkStrategy {
 
   private def onePass(metrics: Seq[NamedExpression]): Boolean = {
     val found = metrics.map(metricOf)
-    found.nonEmpty && found.forall(m => m.isDefined && m.get.asInstanceOf[TallyField].onePass) && {
+    found.nonEmpty && found.forall(_.exists(_.onePass)) && {
       val first = found.head.get
       found.flatten.forall(m =>
         m.getClass == first.getClass && m.children.length == first.children.length &&

@@ -62,14 +62,17 @@ private[keyedwatermarks] final class OutputTally {
   var windows = 0L
   var lateRows = 0L
   var heldWatermarks = 0L
-  val keys = new KeyTally
+  private val keys = new KeyTally
 
   /** One output row: its kind, late-row count (null: none) and key tally (null: not a "key" row). */
   def add(kind: UTF8String, late: Any, tally: Any): Unit = {
     if (kind == OutputTally.Window) windows += 1
     else if (kind == OutputTally.Watermark) heldWatermarks += 1
     if (late != null) lateRows += late.asInstanceOf[Long]
-    if (tally != null) keys.merge(KeyTally.fromBytes(tally.asInstanceOf[Array[Byte]]))
+    if (tally != null) {
+      keys.merge(KeyTally.fromBytes(tally.asInstanceOf[Array[Byte]]))
+      keyMetrics = null
+    }
   }
 
   def merge(other: OutputTally): Unit = {
@@ -77,14 +80,21 @@ private[keyedwatermarks] final class OutputTally {
     lateRows += other.lateRows
     heldWatermarks += other.heldWatermarks
     keys.merge(other.keys)
+    keyMetrics = null
   }
+
+  // The key metrics' row (its lag quantiles read the histogram), built once for the columns that
+  // read it; dropped whenever the key tally changes.
+  private var keyMetrics: InternalRow = _
 
   /** Field `field` of `CountsSchema ++ KeyTally.MetricsSchema`. */
   def metric(field: Int): Any = field match {
     case 0 => windows
     case 1 => lateRows
     case 2 => heldWatermarks
-    case f => keys.metrics.get(f - 3, KeyTally.MetricsSchema(f - 3).dataType)
+    case f =>
+      if (keyMetrics == null) keyMetrics = keys.metrics
+      keyMetrics.get(f - 3, KeyTally.MetricsSchema(f - 3).dataType)
   }
 
   def toBytes: Array[Byte] = {

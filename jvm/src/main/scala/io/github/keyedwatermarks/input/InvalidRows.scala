@@ -51,7 +51,7 @@ private[keyedwatermarks] object InvalidRows {
    */
   def sentinelStart(reason: Int): Long = Long.MinValue + reason
 
-  /** The reason of a window start if it is a sentinel's (see [[sentinelStart]]), else a value outside 1 to 6. */
+  /** The reason of a window start if it is a sentinel's (see [[sentinelStart]]), else a value outside [[Reasons]]. */
   def reasonOf(start: Long): Long = start - Long.MinValue
   private val LastSentinel = sentinelStart(Reasons.max)
 
