@@ -19,6 +19,7 @@ failure prints `FAILED <kind>: <error>` and the exit status is 1.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -142,23 +143,50 @@ def run(spark, kind: str, input_dir: Path, checkpoint: Path, out: Path) -> None:
         raise q.exception()
 
 
+# The SQL settings every run of these queries uses (the same on every line: what a checkpoint
+# fixes, e.g. 2 shuffle partitions, must not differ between writer and reader).
+SQL_SETTINGS = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.session.timeZone": "UTC",
+}
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+
+
 def session(changelog: str = "false"):
-    """The session every run of these queries uses (the same on every line: what a checkpoint
-    fixes, e.g. 2 shuffle partitions, must not differ between writer and reader)."""
+    """The session every run of these queries uses in a process of its own."""
     from pyspark.sql import SparkSession
 
     import keyed_watermarks as kw
 
     builder = (SparkSession.builder.master("local[2]").appName("keyed-watermarks-state-queries")
-               .config("spark.sql.shuffle.partitions", "2")
                .config("spark.default.parallelism", "2")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", changelog))
+               .config(CHANGELOG, changelog))
+    for key, value in SQL_SETTINGS.items():
+        builder = builder.config(key, value)
     s = kw.configure(builder).getOrCreate()
     s.sparkContext.setLogLevel("ERROR")
     return s
+
+
+@contextlib.contextmanager
+def runner_settings(spark, changelog: str = "false"):
+    """`session`'s SQL settings on an existing session (local[2] too) while the block runs, then
+    the session's own again: the runner's queries in a test's session, as if in its process."""
+    assert spark.sparkContext.master == "local[2]", spark.sparkContext.master
+    wanted = {**SQL_SETTINGS, CHANGELOG: changelog}
+    before = {key: spark.conf.get(key, None) for key in wanted}
+    for key, value in wanted.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def window_rows(spark, out: Path):
