@@ -48,6 +48,7 @@ def pytest_collection_modifyitems(config, items):
 
     items.sort(key=module_key)  # stable: a module's tests keep their order
 
+
 def changelog_checkpointing() -> str:
     """RocksDB changelog checkpointing for the session (env KW_CHANGELOG, ``on`` by default):
     ./dev/test runs the main line's suite with it on and the other lines' with it off, so both
