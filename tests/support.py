@@ -27,7 +27,21 @@ SECOND = 1_000_000  # event times are microseconds since the epoch
 # 2024-01-01T00:00:00Z: a whole day, so windows of any size used by the tests align to it.
 BASE = 1_704_067_200 * SECOND
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+# The JIT's first tier only (C1), for the Spark processes a test starts itself.
+FIRST_JIT_TIER_ONLY = "-XX:TieredStopAtLevel=1"
 EVENT_SCHEMA = "device STRING, ts TIMESTAMP, temp DOUBLE"
+
+
+def short_lived_jvm_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """``env`` (default: this process's environment) with ``JAVA_TOOL_OPTIONS`` that keep every
+    JVM started under it at the JIT's first tier: for the Spark processes a test starts itself
+    (an older line's queries, a pipeline killed and restarted, a Connect server, local-cluster's
+    executors). They live seconds to a few minutes, too short for C2's faster code to pay for
+    compiling it on a 2-core machine; the pytest workers' own sessions live for the whole suite
+    and keep both tiers. Measured in CONTRIBUTING.md, "CI time"."""
+    env = dict(os.environ if env is None else env)
+    env["JAVA_TOOL_OPTIONS"] = " ".join(o for o in (env.get("JAVA_TOOL_OPTIONS"), FIRST_JIT_TIER_ONLY) if o)
+    return env
 
 
 def ts(micros: Optional[int]) -> Optional[datetime.datetime]:

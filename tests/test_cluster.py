@@ -21,6 +21,7 @@ import pyspark
 import pytest
 
 import cluster_queries
+from support import short_lived_jvm_env
 
 pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
 
@@ -28,7 +29,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def run_queries(master: str, work: Path) -> str:
-    env = dict(os.environ, SPARK_HOME=os.path.dirname(pyspark.__file__))
+    # The driver at the first JIT tier, and the executors too (they inherit the workers' environment).
+    env = short_lived_jvm_env(dict(os.environ, SPARK_HOME=os.path.dirname(pyspark.__file__)))
     proc = subprocess.run([sys.executable, str(HERE / "cluster_queries.py"), master, str(work)],
                           capture_output=True, text=True, timeout=1200, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]

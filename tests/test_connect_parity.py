@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 import connect_scenarios as scenarios
+from support import short_lived_jvm_env
 
 pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
 
@@ -35,7 +36,7 @@ class _ConnectRun:
     def __init__(self, root: Path) -> None:
         self.result = root / "result.json"
         self.log = root / "connect.log"
-        env = dict(os.environ)
+        env = short_lived_jvm_env()
         # The server's Python workers (foreachBatch) need this interpreter (with pyspark and
         # keyed_watermarks) and the scenarios module.
         env["PYSPARK_PYTHON"] = sys.executable

@@ -29,6 +29,7 @@ import connect_scenarios as scenarios
 import keyed_watermarks as kw
 from keyed_watermarks._jvm import EXTENSIONS, ROCKSDB_PROVIDER
 from keyed_watermarks.connect import PLUGIN_CLASS, PLUGIN_CONF
+from support import short_lived_jvm_env
 
 pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
 
@@ -83,7 +84,7 @@ def _server_env(work: Path) -> dict:
         # pyspark and keyed_watermarks.
         PYSPARK_PYTHON=sys.executable,
     )
-    return env
+    return short_lived_jvm_env(env)
 
 
 @pytest.fixture(scope="module")

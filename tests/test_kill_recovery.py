@@ -22,7 +22,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from reference_model import run_model
-from support import SECOND, Replay, four_device_batches, ts
+from support import SECOND, Replay, four_device_batches, short_lived_jvm_env, ts
 
 pytestmark = pytest.mark.slow  # its own processes (see pytest.ini)
 
@@ -37,7 +37,7 @@ def committed(checkpoint: Path) -> int:
 def start(workdir: Path, trigger: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(HERE / "kill_queries.py"), str(workdir / "input"), str(workdir / "runs"), trigger],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=short_lived_jvm_env())
 
 
 def changelog_files(checkpoint: Path) -> int:

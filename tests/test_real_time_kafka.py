@@ -49,6 +49,7 @@ from iot_producer import ensure_topic  # noqa: E402
 from kafka_real_time import stop_process  # noqa: E402
 
 from reference_model import run_model, run_model_per_row  # noqa: E402
+from support import short_lived_jvm_env  # noqa: E402
 
 pytestmark = pytest.mark.slow  # its own broker and Spark process (see pytest.ini)
 
@@ -81,7 +82,7 @@ def start_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoi
                    log_path: Path):
     """examples/kafka_real_time.py in a process group of its own (for stop_process or kill -9),
     and the time its query started (it prints "started <id>"; a restart appends to the log)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    env = short_lived_jvm_env({**os.environ, "PYTHONPATH": str(REPO / "python")})
     starts = _starts(log_path)
     with open(log_path, "a") as log:
         proc = subprocess.Popen(

@@ -20,6 +20,7 @@ from pathlib import Path
 import pyspark
 
 import state_queries as sq
+from support import short_lived_jvm_env
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW_KINDS = ["tumbling", "sliding", "session", "timers"]
@@ -47,7 +48,8 @@ def run_on(minor: str, jobs, workdir: Path, spark) -> None:
     jobs_file = workdir / f"jobs-{minor}-{len(list(workdir.glob('jobs-*')))}.json"
     jobs_file.write_text(json.dumps([{**j, "kinds": KINDS} for j in jobs]))
     done = subprocess.run([venv_python(minor), str(ROOT / "tests" / "state_queries.py"), str(jobs_file)],
-                          cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+                          cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600,
+                          env=short_lived_jvm_env())
     assert done.returncode == 0, f"Spark {minor}:\n{done.stdout}\n{done.stderr[-4000:]}"
 
 

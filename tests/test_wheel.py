@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from support import short_lived_jvm_env
+
 # Every Spark line: dev/test runs this module's wheel tests in the venv of each.
 pytestmark = [pytest.mark.slow]
 
@@ -170,7 +172,8 @@ def _install_and_run(wheel: Path, tmp_path: Path, own_pip: bool) -> None:
 
     work = tmp_path / "work"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_SUBMIT_ARGS", "VIRTUAL_ENV")}
+    env = short_lived_jvm_env({k: v for k, v in os.environ.items()
+                               if k not in ("PYTHONPATH", "PYSPARK_SUBMIT_ARGS", "VIRTUAL_ENV")})
     proc = _run([str(venv_python), "-c", _QUERY, str(work)], cwd=work, env=env, timeout=900)
     (line,) = [out for out in proc.stdout.splitlines() if out.startswith("ROWS ")]
     rows = ast.literal_eval(line[len("ROWS "):])
