@@ -48,6 +48,7 @@ import kafka_broker  # noqa: E402
 from iot_producer import ensure_topic  # noqa: E402
 from kafka_real_time import stop_process  # noqa: E402
 
+from kafka_oracle import logged_batches  # noqa: E402
 from reference_model import run_model, run_model_per_row  # noqa: E402
 from support import short_lived_jvm_env  # noqa: E402
 
@@ -128,20 +129,13 @@ def produce(bootstrap: str, topic: str, events=None) -> list:
     return placed
 
 
-def committed_ends(checkpoint: Path, topic: str) -> dict:
-    """The source offsets (partition -> next offset) up to which the last committed batch read,
-    from the checkpoint: ``offsets/<id>`` of the highest ``commits/<id>`` (its last line holds
-    the Kafka source's offsets); empty before the first commit."""
-    commits = [int(f.name) for f in (checkpoint / "commits").glob("*") if f.name.isdigit()]
-    if not commits:
-        return {}
-    source = json.loads((checkpoint / "offsets" / str(max(commits))).read_text().splitlines()[-1])
-    return {int(partition): offset for partition, offset in source[topic].items()}
-
-
-def read_before(ends: dict, events: list, placed: list) -> list:
-    """The events at offsets before ``ends`` (partition -> next offset): what committed batches
-    read. A device's rows share a partition, so these are a prefix of each device's rows."""
+def read_by_commits(checkpoint: Path, topic: str, events: list, placed: list) -> list:
+    """The events (at ``placed``: their partitions and offsets) that the committed batches read,
+    by the offsets the checkpoint logged for the last of them (``kafka_oracle.logged_batches``;
+    in real-time mode a batch's end offsets are logged when it ends). A device's rows share a
+    partition, so these are a prefix of each device's rows."""
+    batches = logged_batches(checkpoint, topic)
+    ends = {partition: end for partition, (_, end) in batches[-1].items()} if batches else {}
     return [e for e, (partition, offset) in zip(events, placed) if offset < ends.get(partition, 0)]
 
 
@@ -273,12 +267,13 @@ def test_crash_in_a_real_time_batch_replays_that_batch_on_the_committed_state(br
         assert set(out.windows) == set(by_a), (out.windows, by_a)
         # Wait until a committed batch has read all of A (the first, unless it ended before it
         # had read them all); B then goes to a later batch.
+        def a_committed() -> bool:
+            return len(read_by_commits(checkpoint, "rtm-crash-in", phase_a, placed_a)) == len(phase_a)
+
         deadline = time.monotonic() + TIMEOUT_S
-        while (len(read_before(committed_ends(checkpoint, "rtm-crash-in"), phase_a, placed_a)) < len(phase_a)
-               and time.monotonic() < deadline):
+        while not a_committed() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(read_before(committed_ends(checkpoint, "rtm-crash-in"), phase_a, placed_a)) == len(phase_a), \
-            log_path.read_text()[-4000:]
+        assert a_committed(), log_path.read_text()[-4000:]
         placed_b = produce(bootstrap, "rtm-crash-in", phase_b)
         out.read_until(lambda w: set(by_ab) <= set(w), TIMEOUT_S)
         assert proc.poll() is None, log_path.read_text()[-4000:]
@@ -286,7 +281,7 @@ def test_crash_in_a_real_time_batch_replays_that_batch_on_the_committed_state(br
         proc.wait()
         # What the committed batches read: all of A, and of B none (the usual case), or some or
         # all (if a batch that read B committed before the kill; on a slow machine it may).
-        committed = read_before(committed_ends(checkpoint, "rtm-crash-in"), phase_a + phase_b, placed_a + placed_b)
+        committed = read_by_commits(checkpoint, "rtm-crash-in", phase_a + phase_b, placed_a + placed_b)
 
         proc, _ = start_pipeline(bootstrap, "rtm-crash-in", "rtm-crash-out", checkpoint, CRASH_BATCH_S, log_path)
         produce(bootstrap, "rtm-crash-in", phase_c)
