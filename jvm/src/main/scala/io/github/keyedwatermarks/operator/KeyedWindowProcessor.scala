@@ -3,11 +3,10 @@ package io.github.keyedwatermarks.operator
 import scala.collection.mutable
 
 import org.apache.spark.sql.Row
-import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.streaming.{ExpiredTimerInfo, OutputMode, StatefulProcessor, TimeMode, TimerValues}
 
 import io.github.keyedwatermarks.catalyst.UnsafeRowBytes
-import io.github.keyedwatermarks.catalyst.SparkInternals.RowConverter
 import io.github.keyedwatermarks.partials.PartialLayout
 import io.github.keyedwatermarks.emission.{KeyTally, WindowEmitter}
 import io.github.keyedwatermarks.state.{KeyState, KeyWindows, StageRecord}
@@ -40,7 +39,10 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   @transient private var firing: WindowFiring = _
   @transient private var idleKeys: IdleKeys = _
   @transient private var admission: PartialAdmission = _
-  @transient private lazy val keys = new RowConverter(plan.keySchema)
+  // Interpreted, not an encoder: one conversion per key and call, while an encoder runs the
+  // analyzer and generates a projection in every task, which at 4k-row micro-batches cost the
+  // operator ~2 ms a task (benchmarks/results/batch-phases-2026-11-29.md).
+  @transient private lazy val keys = CatalystTypeConverters.createToCatalystConverter(plan.keySchema)
   private val layout = PartialLayout(plan.payloadSchema)
   private val payloadFields = plan.payloadSchema.length
   private def agg = plan.aggregation
@@ -83,8 +85,8 @@ private[keyedwatermarks] final class KeyedWindowProcessor(plan: OperatorPlan) ex
   private def keyBatch(timerValues: TimerValues): KeyBatch =
     new KeyBatch(timerValues, state, keyWindows, policy, layout, timers, globalWatermark(timerValues))
 
-  /** The key's values as an InternalRow; a copy, since the converter reuses its output row. */
-  private def keyValues(key: Row): InternalRow = keys.toInternal(key).copy()
+  /** The key's values as an InternalRow (a new row each call). */
+  private def keyValues(key: Row): InternalRow = keys(key).asInstanceOf[InternalRow]
 
   /**
    * A partial's payload (its first column) as a row, over its own bytes: merged buffers may
