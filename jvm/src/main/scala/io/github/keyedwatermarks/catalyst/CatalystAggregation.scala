@@ -67,14 +67,15 @@ private[keyedwatermarks] final class CatalystAggregation private (
       case i => Seq.fill(i.aggBufferAttributes.length)(NoOp)
     }
 
-  // Generated code is not serializable: build the projections lazily on each executor.
+  // Generated code is not serializable: the projections are lent on each executor, lazily
+  // (ProjectionPool: each use below sets its target first).
   @transient private lazy val initProjection: MutableProjection =
-    MutableProjection.create(declarativeOrNoOp(_.initialValues), Nil)
+    ProjectionPool.mutable(declarativeOrNoOp(_.initialValues), Nil)
   @transient private lazy val updateProjection: MutableProjection =
-    MutableProjection.create(declarativeOrNoOp(_.updateExpressions), bufferAttributes ++ inputAttributes)
+    ProjectionPool.mutable(declarativeOrNoOp(_.updateExpressions), bufferAttributes ++ inputAttributes)
   @transient private lazy val mergeProjection: MutableProjection =
-    MutableProjection.create(declarativeOrNoOp(_.mergeExpressions), bufferAttributes ++ inputBufferAttributes)
-  @transient private lazy val evaluateProjection: MutableProjection = MutableProjection.create(
+    ProjectionPool.mutable(declarativeOrNoOp(_.mergeExpressions), bufferAttributes ++ inputBufferAttributes)
+  @transient private lazy val evaluateProjection: MutableProjection = ProjectionPool.mutable(
     functions.toSeq.map {
       case d: DeclarativeAggregate => d.evaluateExpression
       case i => i
@@ -85,7 +86,7 @@ private[keyedwatermarks] final class CatalystAggregation private (
     val rewritten = resultExpressions.map(_.transformDown {
       case ae: AggregateExpression => byAggregate(ae.canonicalized)
     }.asInstanceOf[NamedExpression])
-    UnsafeProjection.create(rewritten, groupingAttributes ++ resultAttributes)
+    ProjectionPool.unsafe(rewritten, groupingAttributes ++ resultAttributes)
   }
   @transient private lazy val joined = new JoinedRow
   @transient private lazy val evaluated = new SpecificInternalRow(aggregateExpressions.map(_.dataType))

@@ -1,7 +1,7 @@
 package io.github.keyedwatermarks.catalyst
 
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{UnsafeProjection, UnsafeRow}
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.unsafe.Platform
 
@@ -41,7 +41,7 @@ private[keyedwatermarks] object UnsafeRowBytes {
    * one codec per thread.
    */
   final class RowsCodec(schema: StructType, spec: String = "", stamp: Int = 0, checkStamp: Int => Unit = _ => ()) {
-    private val project = UnsafeProjection.create(schema)
+    private val project = ProjectionPool.unsafe(schema)
     private val numFields = schema.length
     private val schemaHash = scala.util.hashing.MurmurHash3.stringHash(schema.json)
     private val schemaPrint =

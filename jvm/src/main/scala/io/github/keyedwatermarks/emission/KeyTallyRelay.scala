@@ -2,9 +2,12 @@ package io.github.keyedwatermarks.emission
 
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{Attribute, UnsafeProjection}
+import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
+import org.apache.spark.sql.types.{StructField, StructType}
+
+import io.github.keyedwatermarks.catalyst.ProjectionPool
 
 /**
  * After the keyed operator, in the same task: passes the operator's rows (one BINARY column,
@@ -27,12 +30,12 @@ private[keyedwatermarks] final case class KeyTallyRelayExec(tallyId: String, emi
   override protected def doExecute(): RDD[InternalRow] = {
     val operator = tallyId
     val rowOf = emitter
-    val schema = output.map(_.dataType).toArray
+    val schema = StructType(output.map(a => StructField(a.name, a.dataType, a.nullable)))
     // `++` takes its right side by name: the tally is taken only once the operator's rows are
     // exhausted, which is when transformWithState has handled every key and timer of the task.
     child.execute().mapPartitions { rows =>
       rows ++ KeyTally.takeForTask(operator).iterator.map { t =>
-        UnsafeProjection.create(schema).apply(InternalRow(rowOf.keyTally(t.toBytes)))
+        ProjectionPool.unsafe(schema).apply(InternalRow(rowOf.keyTally(t.toBytes)))
       }
     }
   }

@@ -2,13 +2,13 @@ package io.github.keyedwatermarks.emission
 
 import org.apache.spark.sql.{DataFrame, Row, functions => F}
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, JoinedRow, UnsafeProjection}
+import org.apache.spark.sql.catalyst.expressions.{GenericInternalRow, JoinedRow}
 import org.apache.spark.sql.types.{
   BinaryType, BooleanType, IntegerType, LongType, StringType, StructType, TimestampType
 }
 import org.apache.spark.unsafe.types.UTF8String
 
-import io.github.keyedwatermarks.catalyst.{RowFromBytes, SparkInternals, UnsafeRowBytes}
+import io.github.keyedwatermarks.catalyst.{ProjectionPool, RowFromBytes, SparkInternals, UnsafeRowBytes}
 import io.github.keyedwatermarks.contract.Contract
 import io.github.keyedwatermarks.input
 import io.github.keyedwatermarks.watermark.HeldWatermark
@@ -87,7 +87,7 @@ private[keyedwatermarks] final class WindowEmitter(
   def columns(operatorOutput: DataFrame): DataFrame = RowFromBytes.columns(operatorOutput, BytesColumn, outputSchema)
 
   private val reportWidth = outputSchema.length - resultSchema.length
-  @transient private lazy val project = UnsafeProjection.create(outputSchema)
+  @transient private lazy val project = ProjectionPool.unsafe(outputSchema)
   @transient private lazy val joined = new JoinedRow
 
   /** One output row of the operator: `row` (of [[outputSchema]]) as UnsafeRow bytes. */

@@ -8,7 +8,7 @@ import org.apache.spark.sql.execution.{ExpandExec, FilterExec, ProjectExec, Spar
 import org.apache.spark.sql.execution.aggregate.HashAggregateExec
 import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongType}
 
-import io.github.keyedwatermarks.catalyst.{TwoLevelMapChoice, UnsafeRowBytes}
+import io.github.keyedwatermarks.catalyst.{ProjectionPool, TwoLevelMapChoice, UnsafeRowBytes}
 import io.github.keyedwatermarks.input.{InvalidRows, ProjectedInput}
 import io.github.keyedwatermarks.shims.HashAggregateWithoutTwoLevelMap
 import io.github.keyedwatermarks.window.{
@@ -139,8 +139,8 @@ private[keyedwatermarks] case class PartialPayloadExec(
     val partialsRdd = child.execute()
     twoLevelMap.record(numPartials, partialsRdd.getNumPartitions)
     partialsRdd.mapPartitions { partials =>
-      val toPayload = UnsafeProjection.create(payloadExprs, in)
-      val toOutput = UnsafeProjection.create(outExprs, bytes +: in)
+      val toPayload = ProjectionPool.unsafe(payloadExprs, in)
+      val toOutput = ProjectionPool.unsafe(outExprs, bytes +: in)
       val holder = new SpecificInternalRow(Seq(BinaryType))
       val joined = new JoinedRow
       partials.map { partial =>
