@@ -28,10 +28,10 @@ class ProjectionPoolSuite extends SparkSuite {
   test("two users in one task get two projections; the next task gets the same two back") {
     val own = ownExpressions
     val borrow = () => ProjectionPool.unsafe(own)
-    val Seq((a, b)) = lent(borrow, tasks = 1)
+    val (a, b) = lent(borrow, tasks = 1).head
     assert(a != b, "one projection lent twice in a task")
     // Given back when the task completed: the pool holds exactly these two for the expressions.
-    val Seq((c, d)) = lent(borrow, tasks = 1)
+    val (c, d) = lent(borrow, tasks = 1).head
     assert(Set(c, d) == Set(a, b))
     // Tasks running side by side never hold the same projection.
     lent(borrow).foreach { case (x, y) => assert(x != y) }
