@@ -60,6 +60,21 @@ def generate(input_dir: Path, keys: int, rows: int, batches: int, span_us: int, 
         os.utime(path, (1_000_000 + b, 1_000_000 + b))
 
 
+def workload_query(kw, method: str, ev, options: dict):
+    """The workload's query over `ev`: Spark's streaming aggregation ("native") or ours ("keyed",
+    with these keyword arguments of kw.keyed_watermark); count + avg over 60 s windows, lateness
+    10 s."""
+    from pyspark.sql import functions as F
+
+    aggs = [F.count("*").alias("n"), F.avg("temp").alias("avg_temp")]
+    if method == "native":
+        return ev.withWatermark("ts", "10 seconds").groupBy("device", F.window("ts", "60 seconds")).agg(*aggs)
+    if method == "keyed":
+        return kw.keyed_watermark(ev, key="device", event_time="ts", lateness="10 seconds",
+                                  **options).window("60 seconds").agg(*aggs)
+    raise ValueError(method)
+
+
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -68,7 +83,7 @@ def cpu_s(pid: int) -> float:
 def child(args: argparse.Namespace) -> None:
     """One process: warm-up + timed runs of each method; prints one JSON line."""
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
-    from pyspark.sql import SparkSession, functions as F
+    from pyspark.sql import SparkSession
 
     import keyed_watermarks as kw
 
@@ -88,9 +103,6 @@ def child(args: argparse.Namespace) -> None:
     pid = jvm.ProcessHandle.current().pid()
     options = json.loads(args.keyed_options or "{}")
 
-    def aggs():
-        return [F.count("*").alias("n"), F.avg("temp").alias("avg_temp")]
-
     # In-process variants (--variant): a method run with its own kw.keyed_watermark options
     # and/or session confs, timed round-robin with the others in the same JVM, so a lever's
     # A/B does not carry the spread between processes (JIT, heap layout) of a checkout A/B.
@@ -99,17 +111,8 @@ def child(args: argparse.Namespace) -> None:
     def query(method: str, ev):
         if method in variants:
             v = variants[method]
-            return query_with(v["method"], ev, {**options, **v.get("options", {})})
-        return query_with(method, ev, options)
-
-    def query_with(method: str, ev, options):
-        if method == "native":
-            return ev.withWatermark("ts", "10 seconds").groupBy(
-                "device", F.window("ts", "60 seconds")).agg(*aggs())
-        if method == "keyed":
-            return kw.keyed_watermark(ev, key="device", event_time="ts", lateness="10 seconds",
-                                      **options).window("60 seconds").agg(*aggs())
-        raise ValueError(method)
+            return workload_query(kw, v["method"], ev, {**options, **v.get("options", {})})
+        return workload_query(kw, method, ev, options)
 
     work = Path(tempfile.mkdtemp(prefix="ab-ckpt-"))
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_checkouts import SCHEMA, generate  # noqa: E402
+from ab_checkouts import SCHEMA, generate, workload_query  # noqa: E402
 
 METHODS = ("native", "keyed")
 # The state operator's metrics worth reading at this size (others are counts or constant).
@@ -55,13 +55,10 @@ TASK_METRICS = (("run ms", "Executor Run Time", 1.0), ("CPU ms", "Executor CPU T
 
 
 def query(spark, kw, method: str, data: str, variants: Dict[str, dict]):
-    from pyspark.sql import functions as F
     ev = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(data)
-    aggs = [F.count("*").alias("n"), F.avg("temp").alias("avg_temp")]
-    if method == "native":
-        return ev.withWatermark("ts", "10 seconds").groupBy("device", F.window("ts", "60 seconds")).agg(*aggs)
-    return kw.keyed_watermark(ev, key="device", event_time="ts", lateness="10 seconds",
-                              **variants.get(method, {})).window("60 seconds").agg(*aggs)
+    if method in variants:
+        return workload_query(kw, "keyed", ev, variants[method])
+    return workload_query(kw, method, ev, {})
 
 
 def planning_times(spark, analyzed) -> Dict[str, object]:

@@ -36,8 +36,7 @@ private[keyedwatermarks] object ProjectionPool {
   /** An UnsafeProjection of bound expressions. */
   def unsafe(bound: Seq[Expression]): UnsafeProjection = lend(Unsafe, bound)(UnsafeProjection.create(bound))
 
-  def unsafe(exprs: Seq[Expression], input: Seq[Attribute]): UnsafeProjection =
-    unsafe(BindReferences.bindReferences(exprs, new AttributeSeq(input)))
+  def unsafe(exprs: Seq[Expression], input: Seq[Attribute]): UnsafeProjection = unsafe(bind(exprs, input))
 
   /** An UnsafeProjection of rows of `schema` (as Spark's UnsafeProjection.create(schema)). */
   def unsafe(schema: StructType): UnsafeProjection =
@@ -45,9 +44,12 @@ private[keyedwatermarks] object ProjectionPool {
 
   /** A MutableProjection; set its target before each use. */
   def mutable(exprs: Seq[Expression], input: Seq[Attribute]): MutableProjection = {
-    val bound = BindReferences.bindReferences(exprs, new AttributeSeq(input))
+    val bound = bind(exprs, input)
     lend(Mutable, bound)(MutableProjection.create(bound))
   }
+
+  private def bind(exprs: Seq[Expression], input: Seq[Attribute]): Seq[Expression] =
+    BindReferences.bindReferences(exprs, new AttributeSeq(input))
 
   private def lend[P <: AnyRef](kind: Kind, bound: Seq[Expression])(create: => P): P = {
     val task = TaskContext.get()

@@ -4,8 +4,8 @@ import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
-import org.apache.spark.sql.types.{StructField, StructType}
 
 import io.github.keyedwatermarks.catalyst.ProjectionPool
 
@@ -30,7 +30,7 @@ private[keyedwatermarks] final case class KeyTallyRelayExec(tallyId: String, emi
   override protected def doExecute(): RDD[InternalRow] = {
     val operator = tallyId
     val rowOf = emitter
-    val schema = StructType(output.map(a => StructField(a.name, a.dataType, a.nullable)))
+    val schema = DataTypeUtils.fromAttributes(output)
     // `++` takes its right side by name: the tally is taken only once the operator's rows are
     // exhausted, which is when transformWithState has handled every key and timer of the task.
     child.execute().mapPartitions { rows =>
