@@ -4,7 +4,8 @@ import java.util.concurrent.{ConcurrentHashMap, ConcurrentLinkedQueue}
 
 import org.apache.spark.TaskContext
 import org.apache.spark.sql.catalyst.expressions.{
-  Attribute, AttributeSeq, BindReferences, BoundReference, Expression, MutableProjection, UnsafeProjection
+  Attribute, AttributeSeq, BindReferences, BoundReference, Expression, MutableProjection, Projection, SafeProjection,
+  UnsafeProjection
 }
 import org.apache.spark.sql.types.StructType
 
@@ -27,6 +28,7 @@ private[keyedwatermarks] object ProjectionPool {
   private sealed trait Kind
   private case object Unsafe extends Kind
   private case object Mutable extends Kind
+  private case object Safe extends Kind
 
   // Bound expressions (positions, not attribute ids) are the key, so every task of a plan, and
   // every micro-batch, finds the same entry. Bounded: a long-lived executor may see many plans.
@@ -41,6 +43,9 @@ private[keyedwatermarks] object ProjectionPool {
   /** An UnsafeProjection of rows of `schema` (as Spark's UnsafeProjection.create(schema)). */
   def unsafe(schema: StructType): UnsafeProjection =
     unsafe(schema.fields.toSeq.zipWithIndex.map { case (f, i) => BoundReference(i, f.dataType, nullable = true) })
+
+  /** A SafeProjection of bound expressions (Spark's encoders' deserializers: catalyst.TaskReadyEncoder). */
+  def safe(bound: Seq[Expression]): Projection = lend(Safe, bound)(SafeProjection.create(bound))
 
   /** A MutableProjection; set its target before each use. */
   def mutable(exprs: Seq[Expression], input: Seq[Attribute]): MutableProjection = {

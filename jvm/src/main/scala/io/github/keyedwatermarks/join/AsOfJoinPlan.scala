@@ -4,6 +4,7 @@ import org.apache.spark.sql.{DataFrame, Encoders, functions => F}
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
 import org.apache.spark.sql.types.{StringType, StructField, StructType}
 
+import io.github.keyedwatermarks.catalyst.TaskReadyEncoder
 import io.github.keyedwatermarks.planner.KeyedPlanner
 import io.github.keyedwatermarks.spec.DurationOption
 
@@ -61,7 +62,7 @@ private[keyedwatermarks] object AsOfJoinPlan {
       versionOutput.map(_._1.copy(nullable = true)) :+ StructField(StatusColumn, StringType, nullable = false))
     val metricsName = JoinMetrics.name(name, keys, both)
     val out = both.groupBy(keySchema.fieldNames.toIndexedSeq.map(F.col): _*)
-      .as(Encoders.row(keySchema), Encoders.row(both.schema))
+      .as(TaskReadyEncoder.row(keySchema), Encoders.row(both.schema))
       .transformWithState(new AsOfJoinProcessor(op), TimeMode.EventTime(), OutputMode.Append())(
         Encoders.row(JoinMetrics.operatorSchema(output, Statuses)))
       .toDF()

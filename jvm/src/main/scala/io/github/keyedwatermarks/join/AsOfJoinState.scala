@@ -1,8 +1,10 @@
 package io.github.keyedwatermarks.join
 
-import org.apache.spark.sql.{Encoders, Row}
+import org.apache.spark.sql.Row
 import org.apache.spark.sql.streaming.{ListState, StatefulProcessorHandle, TTLConfig, ValueState}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
+
+import io.github.keyedwatermarks.catalyst.TaskReadyEncoder
 
 /**
  * One key's as-of join state in Spark's state store (RocksDB provider):
@@ -16,11 +18,11 @@ private[keyedwatermarks] final class AsOfJoinState(handle: StatefulProcessorHand
   import AsOfJoinState._
 
   private val keyRow: ValueState[Row] =
-    handle.getValueState("join_key", Encoders.row(KeySchema), TTLConfig.NONE)
+    handle.getValueState("join_key", TaskReadyEncoder.row(KeySchema), TTLConfig.NONE)
   private val held: ListState[Row] =
-    handle.getListState("join_held", Encoders.row(JoinInputs.timed(readingSchema)), TTLConfig.NONE)
+    handle.getListState("join_held", TaskReadyEncoder.row(JoinInputs.timed(readingSchema)), TTLConfig.NONE)
   private val versions: ListState[Row] =
-    handle.getListState("join_versions", Encoders.row(JoinInputs.timed(versionSchema)), TTLConfig.NONE)
+    handle.getListState("join_versions", TaskReadyEncoder.row(JoinInputs.timed(versionSchema)), TTLConfig.NONE)
 
   def maxReading(): Option[Long] = Option(keyRow.get()).map(_.getLong(0))
 

@@ -4,6 +4,7 @@ import org.apache.spark.sql.{DataFrame, Encoders, functions => F}
 import org.apache.spark.sql.streaming.{OutputMode, TimeMode}
 import org.apache.spark.sql.types.{StringType, StructField, StructType}
 
+import io.github.keyedwatermarks.catalyst.TaskReadyEncoder
 import io.github.keyedwatermarks.planner.KeyedPlanner
 import io.github.keyedwatermarks.spec.DurationOption
 
@@ -52,7 +53,7 @@ private[keyedwatermarks] object IntervalJoinPlan {
       StructField(JoinInputs.StatusColumn, StringType, nullable = false))
     val metricsName = JoinMetrics.name(name, keys, both)
     val out = both.groupBy(keySchema.fieldNames.toIndexedSeq.map(F.col): _*)
-      .as(Encoders.row(keySchema), Encoders.row(both.schema))
+      .as(TaskReadyEncoder.row(keySchema), Encoders.row(both.schema))
       .transformWithState(new IntervalJoinProcessor(op), TimeMode.None(), OutputMode.Append())(
         Encoders.row(JoinMetrics.operatorSchema(schema, Statuses)))
       .toDF()

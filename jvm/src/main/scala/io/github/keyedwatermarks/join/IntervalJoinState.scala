@@ -1,8 +1,10 @@
 package io.github.keyedwatermarks.join
 
-import org.apache.spark.sql.{Encoders, Row}
+import org.apache.spark.sql.Row
 import org.apache.spark.sql.streaming.{ListState, StatefulProcessorHandle, TTLConfig, ValueState}
 import org.apache.spark.sql.types.{BooleanType, LongType, StructField, StructType}
+
+import io.github.keyedwatermarks.catalyst.TaskReadyEncoder
 
 /**
  * One key's interval join state in Spark's state store (RocksDB provider):
@@ -17,13 +19,13 @@ private[keyedwatermarks] final class IntervalJoinState(handle: StatefulProcessor
   import IntervalJoinState._
 
   private val keyRow: ValueState[Row] =
-    handle.getValueState("interval_key", Encoders.row(KeySchema), TTLConfig.NONE)
+    handle.getValueState("interval_key", TaskReadyEncoder.row(KeySchema), TTLConfig.NONE)
   private val lefts: ListState[Row] = handle.getListState("interval_left",
-    Encoders.row(StructType(Seq(
+    TaskReadyEncoder.row(StructType(Seq(
           StructField("time", LongType, nullable = false), StructField("matched", BooleanType, nullable = false),
           StructField("row", JoinInputs.stored(leftSchema), nullable = false)))), TTLConfig.NONE)
   private val rights: ListState[Row] =
-    handle.getListState("interval_right", Encoders.row(JoinInputs.timed(rightSchema)), TTLConfig.NONE)
+    handle.getListState("interval_right", TaskReadyEncoder.row(JoinInputs.timed(rightSchema)), TTLConfig.NONE)
 
   /** The max left and right times, and the counts of kept left and right rows. */
   def key(): KeyRow = Option(keyRow.get()) match {

@@ -7,7 +7,7 @@ import org.apache.spark.sql.keyedwatermarks.SparkBridge
 import org.apache.spark.sql.types.{MetadataBuilder, StructType}
 
 import io.github.keyedwatermarks.contract.Contract
-import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals}
+import io.github.keyedwatermarks.catalyst.{CatalystAggregation, SparkInternals, TaskReadyEncoder}
 import io.github.keyedwatermarks.partials.{PartialAggregation, PartialColumns, RowPartials}
 import io.github.keyedwatermarks.emission.{KeyTallyRelay, WindowEmitter, OutputMetrics => OutputMetricColumns}
 import io.github.keyedwatermarks.hooks.{AfterKeyedStageCheck, SparkHooks}
@@ -248,7 +248,8 @@ private[keyedwatermarks] object KeyedPlanner {
     val plan = p.operatorPlan
     val out = p.grouped
       .groupBy(keys: _*)
-      .as(Encoders.row(p.projected.keySchema), Encoders.row(p.grouped.schema))
+      // The key's encoder ready for tasks: Spark's state API and timers set it up in every task.
+      .as(TaskReadyEncoder.row(p.projected.keySchema), Encoders.row(p.grouped.schema))
       .transformWithState(new KeyedWindowProcessor(plan), p.timeMode, OutputMode.Append())(
         Encoders.row(WindowEmitter.OperatorOutputSchema))
       .toDF()

@@ -6,7 +6,7 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.types.{BinaryType, BooleanType, IntegerType, LongType, StructField, StructType}
 
 import io.github.keyedwatermarks.contract.Contract
-import io.github.keyedwatermarks.catalyst.{QuantileSketch, UnsafeRowBytes}
+import io.github.keyedwatermarks.catalyst.{QuantileSketch, TaskReadyEncoder, UnsafeRowBytes}
 import io.github.keyedwatermarks.watermark.{
   AdaptiveLateness, ColumnLateness, FixedLateness, HeldWatermark, KeyRecord, Proposal, WatermarkPolicy
 }
@@ -39,20 +39,20 @@ private[keyedwatermarks] final class KeyState(handle: StatefulProcessorHandle,
   import KeyState._
 
   private val keyState: ValueState[Row] =
-    handle.getValueState(Contract.KeyStateVariable, Encoders.row(keySchema), TTLConfig.NONE)
+    handle.getValueState(Contract.KeyStateVariable, TaskReadyEncoder.row(keySchema), TTLConfig.NONE)
 
   private val sketchState: Option[ValueState[Row]] = policy.proposal.lateness match {
     case Some(_: AdaptiveLateness) =>
-      Some(handle.getValueState("lateness_sketch", Encoders.row(QuantileSketch.Schema), TTLConfig.NONE))
+      Some(handle.getValueState("lateness_sketch", TaskReadyEncoder.row(QuantileSketch.Schema), TTLConfig.NONE))
     case Some(FixedLateness | ColumnLateness) | None => None
   }
 
   private val fleetState: Option[ValueState[Row]] =
-    policy.fleet.map(_ => handle.getValueState("fleet_skew", Encoders.row(FleetSchema), TTLConfig.NONE))
+    policy.fleet.map(_ => handle.getValueState("fleet_skew", TaskReadyEncoder.row(FleetSchema), TTLConfig.NONE))
 
   val sources: Option[MapState[String, Row]] = policy.proposal match {
     case _: Proposal.MinOfSources =>
-      Some(handle.getMapState("source_watermarks", Encoders.STRING, Encoders.row(SourceSchema), TTLConfig.NONE))
+      Some(handle.getMapState("source_watermarks", Encoders.STRING, TaskReadyEncoder.row(SourceSchema), TTLConfig.NONE))
     case Proposal.OwnRows(_) | Proposal.ClockOnly => None
   }
 
