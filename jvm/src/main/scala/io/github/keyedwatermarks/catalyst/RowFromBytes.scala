@@ -2,7 +2,7 @@ package io.github.keyedwatermarks.catalyst
 
 import org.apache.spark.sql.DataFrame
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{Expression, UnaryExpression}
+import org.apache.spark.sql.catalyst.expressions.{Expression, GetStructField, UnaryExpression}
 import org.apache.spark.sql.catalyst.expressions.codegen.{CodegenContext, ExprCode}
 import org.apache.spark.sql.keyedwatermarks.SparkBridge
 import org.apache.spark.sql.types.{BinaryType, DataType, StructType}
@@ -32,17 +32,19 @@ private[keyedwatermarks] final case class RowFromBytes(child: Expression, schema
 }
 
 private[keyedwatermarks] object RowFromBytes {
-  private val Decoded = "kw_decoded_row"
 
   /**
    * The columns of `schema` (names, types, nullability and metadata) from `frame`'s BINARY
-   * column `bytes`, whose values are rows of `schema` as UnsafeRow bytes.
+   * column `bytes`, whose values are rows of `schema` as UnsafeRow bytes: one Project of a field
+   * of the row each, so that the plan gains one node, not two (a micro-batch's analyzed plan is
+   * optimized and planned again in every micro-batch, each node at a cost). The row read in
+   * place is one subexpression, which Spark's Project evaluates once per row.
    */
   def columns(frame: DataFrame, bytes: String, schema: StructType): DataFrame = {
     require(frame.schema(bytes).dataType == BinaryType, s"$bytes: expected BINARY, got ${frame.schema(bytes).dataType}")
-    val decoded = frame.select(SparkBridge.column(RowFromBytes(SparkBridge.expression(frame.col(bytes)), schema))
-        .as(Decoded))
-    val row = decoded.col(Decoded)
-    decoded.select(schema.fields.toSeq.map(f => row.getField(f.name).as(f.name, f.metadata)): _*)
+    val row = RowFromBytes(SparkBridge.expression(frame.col(bytes)), schema)
+    frame.select(schema.fields.toSeq.zipWithIndex.map { case (f, i) =>
+      SparkBridge.column(GetStructField(row, i, Some(f.name))).as(f.name, f.metadata)
+    }: _*)
   }
 }

@@ -35,18 +35,19 @@ private[keyedwatermarks] object SparkInternals {
     dataType == CalendarIntervalType || Cast.canCast(dataType, CalendarIntervalType)
 
   /**
-   * `df` with the nullability of `schema` (the same columns, in order): a column `schema`
-   * declares non-null that `df` does not is wrapped in Spark's AssertNotNull (as
-   * `Dataset.as[T]` does for non-null fields), which fails clearly on a null rather than let
-   * the optimizer trust a false declaration.
+   * The columns of `schema` from `df`, by name and in `schema`'s order, with `schema`'s
+   * nullability: a column `schema` declares non-null that `df` does not is wrapped in Spark's
+   * AssertNotNull (as `Dataset.as[T]` does for non-null fields), which fails clearly on a null
+   * rather than let the optimizer trust a false declaration. One Project: it also drops `df`'s
+   * other columns (a `drop` before it would be a node more in every micro-batch's plan).
    */
   def withNullability(df: DataFrame, schema: StructType): DataFrame = {
     val plan = analyzedPlan(df)
-    require(plan.output.map(_.name) == schema.fieldNames.toSeq,
-      s"columns ${plan.output.map(_.name)} do not match ${schema.fieldNames.toSeq}")
-    val columns = plan.output.zip(schema.fields).map {
-      case (a, f) if a.nullable && !f.nullable => Alias(AssertNotNull(a), a.name)(explicitMetadata = Some(a.metadata))
-      case (a, _) => a
+    val columns = schema.fields.toSeq.map { f =>
+      val named = plan.output.filter(_.name == f.name)
+      require(named.size == 1, s"column ${f.name}: ${named.size} of ${plan.output.map(_.name)} have its name")
+      val a = named.head
+      if (a.nullable && !f.nullable) Alias(AssertNotNull(a), a.name)(explicitMetadata = Some(a.metadata)) else a
     }
     SparkBridge.ofRows(df.sparkSession, Project(columns, plan))
   }

@@ -80,8 +80,8 @@ private[keyedwatermarks] final class WindowEmitter(
   }
 
   /** The window rows of the output, with the result columns only, as groupBy().agg() types them. */
-  def windowsOnly(output: DataFrame): DataFrame = SparkInternals.withNullability(
-    output.where(output.col(KindColumn) === Contract.Kinds.Window).drop(ReportColumns: _*), resultSchema)
+  def windowsOnly(output: DataFrame): DataFrame =
+    SparkInternals.withNullability(output.where(output.col(KindColumn) === Contract.Kinds.Window), resultSchema)
 
   /** The operator's output (rows of [[OperatorOutputSchema]]) as the columns of [[outputSchema]]. */
   def columns(operatorOutput: DataFrame): DataFrame = RowFromBytes.columns(operatorOutput, BytesColumn, outputSchema)

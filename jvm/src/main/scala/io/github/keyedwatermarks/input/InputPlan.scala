@@ -114,19 +114,23 @@ private[keyedwatermarks] object ProjectedInput {
     val columns = keyColumns ++ Seq(F.unix_micros(plan.eventTimeColumn).as(InputPlan.EventTimeMicros)) ++
       aggregateInputs.distinct.map(column(plan, _)) ++ policyColumns
     val anyKeyNull = plan.keyColumns.map(_.isNull).reduce(_ || _)
-    val eventTimeNull = plan.eventTimeColumn.isNull
-    val sourceNull = source.map(_.isNull).getOrElse(F.lit(false))
-    // Spark's session_window drops rows whose session would not end after they start: ours are invalid.
-    val badGap = rowSessionEnd.map(SessionGap.invalid(_, plan.eventTimeColumn)).getOrElse(F.lit(false))
     // Invalid rows are not filtered (nor counted by an observe()) here, row by row: the partial
     // aggregation, which reads every row anyway, skips and counts them by this code (the first
-    // reason that applies), so the scan stays one code-generated stage (see InvalidRows).
-    val badLateness = latenessMicros.map(DurationColumn.invalid).getOrElse(F.lit(false))
-    val future = maxAheadMicros.map(InputPlan.tooFarAhead(plan.eventTimeColumn, _)).getOrElse(F.lit(false))
-    val reason = F.when(anyKeyNull, InvalidRows.NullKey).when(eventTimeNull, InvalidRows.NullEventTime)
-      .when(sourceNull, InvalidRows.NullSource).when(badGap, InvalidRows.BadGap)
-      .when(badLateness, InvalidRows.BadLateness).when(future, InvalidRows.FutureEventTime)
-      .otherwise(InvalidRows.Valid)
+    // reason that applies), so the scan stays one code-generated stage (see InvalidRows). Only
+    // the checks the query's options call for: a branch that can never apply would still be
+    // folded away by the optimizer in every micro-batch.
+    val checks: Seq[(Column, Int)] = Seq(
+      Some(anyKeyNull) -> InvalidRows.NullKey,
+      Some(plan.eventTimeColumn.isNull) -> InvalidRows.NullEventTime,
+      source.map(_.isNull) -> InvalidRows.NullSource,
+      // Spark's session_window drops rows whose session would not end after they start: ours are invalid.
+      rowSessionEnd.map(SessionGap.invalid(_, plan.eventTimeColumn)) -> InvalidRows.BadGap,
+      latenessMicros.map(DurationColumn.invalid) -> InvalidRows.BadLateness,
+      maxAheadMicros.map(InputPlan.tooFarAhead(plan.eventTimeColumn, _)) -> InvalidRows.FutureEventTime
+    ).collect { case (Some(check), code) => check -> code }
+    val reason = checks.tail.foldLeft(F.when(checks.head._1, checks.head._2)) { case (cases, (check, code)) =>
+      cases.when(check, code)
+    }.otherwise(InvalidRows.Valid)
     val projected = plan.events.select((columns :+ reason.as(InvalidReasonCode)) ++ original: _*)
     val keySchema = StructType(projected.schema.take(plan.keys.size))
     // Kept rows: the invalid ones too, with the reason, so nothing leaves the query unseen.

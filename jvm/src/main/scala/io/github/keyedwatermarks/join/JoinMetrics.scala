@@ -75,7 +75,7 @@ private[keyedwatermarks] object JoinMetrics {
       SparkBridge.column(JoinMetric(field, key, statuses)).as(column)
     }
     val withMetrics = out.observe(KeyedStages.metricsName(Base, name), cols.head, cols.tail: _*)
-    SparkInternals.withNullability(withMetrics.where(withMetrics.col(KeyColumn).isNull).drop(KeyColumn), join)
+    SparkInternals.withNullability(withMetrics.where(withMetrics.col(KeyColumn).isNull), join)
   }
 }
 

@@ -39,11 +39,14 @@ private[keyedwatermarks] object KeyedPlanner {
   def plan(events: DataFrame, spec: KeyedQuerySpec): DataFrame = AfterKeyedStageCheck.whilePlanning {
     val p = prepare(events, spec)
     val out = operator(p)
-    val all = observed(
+    val metered = observe(
       p.projected.invalidRows.fold(out)(invalid =>
         out.union(WindowEmitter.invalidRows(invalid, p.operatorPlan.emitter, p.input.keys))),
       KeyedStages.metricsName(OutputMetrics, p.stage), spec.watermark.keyMetrics, onePass = !spec.watermark.realTime)
-    if (spec.aggregation.withReport) all else p.operatorPlan.emitter.windowsOnly(all)
+    // The window rows straight from the observed rows (a filter and a projection; no "key" rows
+    // pass the filter), not through the report stream's: every node of the plan is optimized
+    // and planned again in every micro-batch.
+    if (spec.aggregation.withReport) withoutKeyRows(metered) else p.operatorPlan.emitter.windowsOnly(metered)
   }
 
   /**
@@ -263,16 +266,20 @@ private[keyedwatermarks] object KeyedPlanner {
   /**
    * The per-batch output counts, as observed metrics (`query.lastProgress.observedMetrics`),
    * with the per-key metrics (keys in state, released, watermark lag) from the tallies of the
-   * operator's tasks ("key" rows, one per task), which only feed the metrics and are dropped here.
+   * operator's tasks ("key" rows, one per task), which only feed the metrics: see
+   * [[withoutKeyRows]].
    */
-  def observed(
+  def observe(
       all: DataFrame, name: String = OutputMetrics, keyMetrics: Boolean = true, onePass: Boolean = true): DataFrame = {
     val metrics = OutputMetricColumns.columns(all, WindowEmitter.KindColumn, WindowEmitter.LateRowsColumn,
       WindowEmitter.KeyMetricsColumn, keyMetrics, onePass)
-    val withMetrics = all.observe(name, metrics.head, metrics.tail: _*)
-    withMetrics.where(withMetrics.col(WindowEmitter.KindColumn) =!= WindowEmitter.KeyKindValue)
-      .drop(WindowEmitter.KeyMetricsColumn)
+    all.observe(name, metrics.head, metrics.tail: _*)
   }
+
+  /** The report stream: the observed rows without the "key" rows and their tally column. */
+  def withoutKeyRows(observed: DataFrame): DataFrame =
+    observed.where(observed.col(WindowEmitter.KindColumn) =!= WindowEmitter.KeyKindValue)
+      .drop(WindowEmitter.KeyMetricsColumn)
 
   val RocksDbProvider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
