@@ -27,7 +27,8 @@ import io.github.keyedwatermarks.window.{AlignedWindows, SessionWindows}
  *  3. [[project]]: only the columns the aggregates and the policy read, plus a reason code;
  *  4. [[prepare]]: one partial per (key, window) per input partition, before the shuffle;
  *  5. [[operator]]: `transformWithState` with the per-key watermark processor;
- *  6. [[observed]]: invalid rows added (when kept) and the per-batch output counts.
+ *  6. [[observe]]: invalid rows added (when kept) and the per-batch output counts; then the
+ *     window rows ([[WindowEmitter.windowsOnly]]) or the report stream ([[withoutKeyRows]]).
  */
 private[keyedwatermarks] object KeyedPlanner {
   val OutputMetrics: String = Contract.OutputMetrics
