@@ -34,19 +34,12 @@ def main(argv) -> int:
     p.add_argument("--rows", type=int, default=4_000, help="rows per file")
     args = p.parse_args(argv)
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
-    from pyspark.sql import SparkSession
-
     import keyed_watermarks as kw
+    from harness.session import base_builder, start_session
 
     work = Path(tempfile.mkdtemp(prefix="kw-plan-time-"))
     generate(work / "data", 1_000, args.rows, 2, 5_000_000)
-    builder = (SparkSession.builder.master("local[2]").appName("plan-time")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.adaptive.enabled", "false")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.session.timeZone", "UTC"))
-    spark = kw.configure(builder).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = start_session(base_builder("2g", "plan-time"))
     plans = {}
     for method in METHODS:
         ev = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(work / "data"))
