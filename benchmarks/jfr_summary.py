@@ -2,6 +2,7 @@
 """Summarises Java Flight Recordings of the benchmark (run_benchmarks.py --profile DIR).
 
     .venv/bin/python benchmarks/jfr_summary.py DIR/*.jfr [--top 15] [--out summary.md]
+        [--under FRAME ...] [--batches N]
 
 For each recording: CPU samples of the driver JVM (local mode: it runs the tasks too) split by
 thread (task threads, the stream execution thread, the rest) and by *area*, the state areas
@@ -14,7 +15,11 @@ background threads (compaction, flush) are native threads that JFR does not see 
 
 A sample's area is the first frame, walking from the leaf to the root, that matches one of the
 patterns in AREAS (so a hash-map lookup inside our partial aggregation counts as partial
-aggregation, a RocksDB get under our operator as RocksDB). Needs the JDK's `jfr` tool on the
+aggregation, a RocksDB get under our operator as RocksDB). `--under FRAME` (repeatable) adds a
+table of the CPU sampled under each frame whose name contains FRAME (inclusive, by thread
+group), and with `--batches N` (the micro-batches a recording covers: its timed runs x batches
+per run; one N for all recordings or one per recording, in their order) in ms per
+micro-batch; a task-thread figure is summed over the tasks that run side by side. Needs the JDK's `jfr` tool on the
 PATH (or $JAVA_HOME/bin).
 """
 
@@ -28,7 +33,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 EXEC_WEIGHT_MS, NATIVE_WEIGHT_MS = 10, 20
 NATIVE_CPU = ("org.rocksdb.", "org.xerial.snappy.", "com.github.luben.zstd.", "net.jpountz.",
@@ -172,13 +177,14 @@ def _duration_ms(d) -> float:
     return total
 
 
-def summarise(path: Path, top: int) -> dict:
+def summarise(path: Path, top: int, under: Sequence[str] = ()) -> dict:
     events = load(path)["recording"]["events"]
     by_area: Dict[str, float] = collections.Counter()
     by_thread: Dict[str, float] = collections.Counter()
     self_ms: Dict[str, float] = collections.Counter()
     total_ms: Dict[str, float] = collections.Counter()
     callers: Dict[str, float] = collections.Counter()
+    under_ms: Dict[Tuple[str, str], float] = collections.Counter()
     gc_ms = 0.0
     truncated = n = 0
     for e in events:
@@ -208,8 +214,12 @@ def summarise(path: Path, top: int) -> dict:
             callers[state_caller(frames)] += w
         for f in set(frames):
             total_ms[f] += w
+        for u in under:
+            if any(u in f for f in frames):
+                under_ms[(u, group)] += w
     return {"file": path.name, "samples": n, "truncated": truncated, "cpu_ms": sum(by_thread.values()),
-            "gc_pause_ms": gc_ms, "by_thread": by_thread, "by_area": by_area,
+            "gc_pause_ms": gc_ms, "under": {f"{u} | {g}": ms for (u, g), ms in under_ms.items()},
+            "by_thread": by_thread, "by_area": by_area,
             "self": self_ms.most_common(top), "state_callers": callers.most_common(top),
             "total": [(f, ms) for f, ms in total_ms.most_common(top * 8)
                       if not f.startswith(("java.", "scala.", "jdk.", "sun."))][:top]}
@@ -219,7 +229,22 @@ def pct(x: float, total: float) -> str:
     return f"{100 * x / total:.1f}%" if total else "–"
 
 
-def report(summaries: List[dict]) -> str:
+def under_table(summaries: List[dict], under: Sequence[str], batches: Optional[List[int]]) -> List[str]:
+    """CPU sampled under each --under frame, by thread group (ms, and ms per micro-batch)."""
+    names = [s["file"].removesuffix(".jfr") for s in summaries]
+    unit = "ms per micro-batch" if batches else "ms"
+    lines = ["## Under a frame (inclusive, " + unit + ")", "",
+             "| frame | thread group | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
+    for u in under:
+        for g in ["task threads", "stream execution (driver) thread", "other threads"]:
+            ms = [s["under"].get(f"{u} | {g}", 0.0) for s in summaries]
+            if any(ms):
+                lines.append(f"| `{u}` | {g} | " + " | ".join(
+                    f"{m / b:.2f}" if batches else f"{m:,.0f}" for m, b in zip(ms, batches or ms)) + " |")
+    return lines + [""]
+
+
+def report(summaries: List[dict], under: Sequence[str] = (), batches: Optional[List[int]] = None) -> str:
     names = [s["file"].removesuffix(".jfr") for s in summaries]
     lines = ["# JFR summary", "", "## Areas (share of sampled CPU, all threads)", "",
              "| area | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
@@ -235,6 +260,8 @@ def report(summaries: List[dict]) -> str:
     for g in ["task threads", "stream execution (driver) thread", "other threads"]:
         lines.append(f"| {g} | " + " | ".join(pct(s["by_thread"].get(g, 0), s["cpu_ms"]) for s in summaries) + " |")
     lines.append("")
+    if under:
+        lines += under_table(summaries, under, batches)
     for s in summaries:
         lines += [f"## {s['file']}", "", "Top self (leaf) methods:", "", "| ms | share | method |", "|---:|---:|---|"]
         lines += [f"| {ms:,.0f} | {pct(ms, s['cpu_ms'])} | `{f}` |" for f, ms in s["self"]]
@@ -254,9 +281,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--out", type=Path, default=None, help="also write the markdown here")
     p.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
+    p.add_argument("--under", action="append", default=[], metavar="FRAME",
+                   help="also the CPU under frames whose name contains FRAME (repeatable)")
+    p.add_argument("--batches", type=int, nargs="+", default=None, metavar="N",
+                   help="micro-batches each recording covers (one for all, or one per recording): "
+                        "--under's table in ms per micro-batch")
     args = p.parse_args(argv)
-    summaries = [summarise(r, args.top) for r in args.recordings]
-    md = report(summaries)
+    if args.batches is not None:
+        if len(args.batches) not in (1, len(args.recordings)):
+            p.error(f"--batches takes one N or one per recording ({len(args.recordings)}), got {len(args.batches)}")
+        if min(args.batches) < 1:
+            p.error(f"--batches must be at least 1, got {min(args.batches)}")
+        if len(args.batches) == 1:
+            args.batches = args.batches * len(args.recordings)
+    summaries = [summarise(r, args.top, args.under) for r in args.recordings]
+    md = report(summaries, args.under, args.batches)
     print(md)
     if args.out:
         args.out.write_text(md)

@@ -11,6 +11,14 @@ round's times and ours over native's, and the optimizer's rules that took ours t
 build's process, alternating (``PYTHONPATH=CHECKOUT/python``).
 
     .venv/bin/python benchmarks/plan_time.py --rounds 3
+
+``--constraint-propagation`` instead measures what Spark's constraint propagation costs each
+plan (PruneFilters, InferFiltersFromConstraints: every filter asks its child for its
+constraints in every micro-batch): per round, each method with
+``spark.sql.constraintPropagation.enabled`` on and off, in alternating order; prints the
+optimizer's medians over the rounds after ``--skip`` (the JIT's warm-up).
+
+    .venv/bin/python benchmarks/plan_time.py --constraint-propagation --rounds 8
 """
 
 from __future__ import annotations
@@ -32,7 +40,14 @@ def main(argv) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--rows", type=int, default=4_000, help="rows per file")
+    p.add_argument("--constraint-propagation", action="store_true",
+                   help="the optimizer with constraint propagation on against off, per method")
+    p.add_argument("--skip", type=int, default=2, help="with --constraint-propagation: rounds left out")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.constraint_propagation and not 0 <= args.skip < args.rounds:
+        p.error(f"--skip must be at least 0 and below --rounds ({args.rounds}), got {args.skip}")
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     import keyed_watermarks as kw
     from harness.session import base_builder, start_session
@@ -47,6 +62,11 @@ def main(argv) -> int:
              .option("checkpointLocation", str(work / f"ckpt-{method}")).trigger(once=True).start())
         q.awaitTermination()
         plans[method] = q._jsq.streamingQuery().lastExecution().analyzed()
+    if args.constraint_propagation:
+        constraint_propagation(spark, plans, args.rounds, args.skip)
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        return 0
     times = {m: [] for m in METHODS}
     for r in range(args.rounds):
         for m in METHODS[r % 2:] + METHODS[:r % 2]:
@@ -62,6 +82,29 @@ def main(argv) -> int:
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def constraint_propagation(spark, plans, rounds: int, skip: int) -> None:
+    """The optimizer's time per method with spark.sql.constraintPropagation.enabled on and off."""
+    key = "spark.sql.constraintPropagation.enabled"
+    before = spark.conf.get(key)
+    times = {(m, on): [] for m in METHODS for on in ("true", "false")}
+    try:
+        for r in range(rounds):
+            for on in (("true", "false") if r % 2 == 0 else ("false", "true")):
+                spark.conf.set(key, on)
+                for m in METHODS:
+                    t = planning_times(spark, plans[m])["optimize_ms"]
+                    if r >= skip:
+                        times[(m, on)].append(t)
+            print(f"round {r + 1} of {rounds}" + (" (left out)" if r < skip else ""), flush=True)
+    finally:
+        spark.conf.set(key, before)
+    for m in METHODS:
+        on, off = (statistics.median(times[(m, v)]) for v in ("true", "false"))
+        print(f"{m}: optimizer median {on:.2f} ms with constraint propagation, {off:.2f} ms without "
+              f"({on - off:+.2f} ms); per round on: " + ", ".join(f"{x:.1f}" for x in times[(m, "true")])
+              + "; off: " + ", ".join(f"{x:.1f}" for x in times[(m, "false")]))
 
 
 if __name__ == "__main__":
