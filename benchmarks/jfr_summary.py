@@ -2,7 +2,7 @@
 """Summarises Java Flight Recordings of the benchmark (run_benchmarks.py --profile DIR).
 
     .venv/bin/python benchmarks/jfr_summary.py DIR/*.jfr [--top 15] [--out summary.md]
-        [--under FRAME ...] [--batches N]
+        [--under FRAME ...] [--batches N ...]
 
 For each recording: CPU samples of the driver JVM (local mode: it runs the tasks too) split by
 thread (task threads, the stream execution thread, the rest) and by *area*, the state areas
@@ -15,12 +15,14 @@ background threads (compaction, flush) are native threads that JFR does not see 
 
 A sample's area is the first frame, walking from the leaf to the root, that matches one of the
 patterns in AREAS (so a hash-map lookup inside our partial aggregation counts as partial
-aggregation, a RocksDB get under our operator as RocksDB). `--under FRAME` (repeatable) adds a
-table of the CPU sampled under each frame whose name contains FRAME (inclusive, by thread
-group), and with `--batches N` (the micro-batches a recording covers: its timed runs x batches
-per run; one N for all recordings or one per recording, in their order) in ms per
-micro-batch; a task-thread figure is summed over the tasks that run side by side. Needs the JDK's `jfr` tool on the
+aggregation, a RocksDB get under our operator as RocksDB). Needs the JDK's `jfr` tool on the
 PATH (or $JAVA_HOME/bin).
+
+`--under FRAME` (repeatable) adds a table of the CPU sampled under each frame whose name
+contains FRAME (inclusive, by thread group); with `--batches N` (the micro-batches a recording
+covers: its timed runs x batches per run; one N for all recordings or one per recording, in
+their order) in ms per micro-batch. A task-thread figure is summed over the tasks that run
+side by side.
 """
 
 from __future__ import annotations
