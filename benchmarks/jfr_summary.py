@@ -126,6 +126,9 @@ def frame_name(frame: dict) -> str:
     return f"{m['type']['name']}.{m['name']}".replace("/", ".")
 
 
+THREAD_GROUPS = ("task threads", "stream execution (driver) thread", "other threads")
+
+
 def thread_group(name: str) -> str:
     # JFR keeps a thread's first name: Spark's task threads show up as "Executor task idle
     # worker#N" or "Executor task launch worker ...".
@@ -186,7 +189,7 @@ def summarise(path: Path, top: int, under: Sequence[str] = ()) -> dict:
     self_ms: Dict[str, float] = collections.Counter()
     total_ms: Dict[str, float] = collections.Counter()
     callers: Dict[str, float] = collections.Counter()
-    under_ms: Dict[Tuple[str, str], float] = collections.Counter()
+    under_ms: Dict[str, Dict[str, float]] = {u: collections.Counter() for u in under}
     gc_ms = 0.0
     truncated = n = 0
     for e in events:
@@ -218,10 +221,9 @@ def summarise(path: Path, top: int, under: Sequence[str] = ()) -> dict:
             total_ms[f] += w
         for u in under:
             if any(u in f for f in frames):
-                under_ms[(u, group)] += w
+                under_ms[u][group] += w
     return {"file": path.name, "samples": n, "truncated": truncated, "cpu_ms": sum(by_thread.values()),
-            "gc_pause_ms": gc_ms, "under": {f"{u} | {g}": ms for (u, g), ms in under_ms.items()},
-            "by_thread": by_thread, "by_area": by_area,
+            "gc_pause_ms": gc_ms, "under": under_ms, "by_thread": by_thread, "by_area": by_area,
             "self": self_ms.most_common(top), "state_callers": callers.most_common(top),
             "total": [(f, ms) for f, ms in total_ms.most_common(top * 8)
                       if not f.startswith(("java.", "scala.", "jdk.", "sun."))][:top]}
@@ -238,11 +240,11 @@ def under_table(summaries: List[dict], under: Sequence[str], batches: Optional[L
     lines = ["## Under a frame (inclusive, " + unit + ")", "",
              "| frame | thread group | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
     for u in under:
-        for g in ["task threads", "stream execution (driver) thread", "other threads"]:
-            ms = [s["under"].get(f"{u} | {g}", 0.0) for s in summaries]
+        for g in THREAD_GROUPS:
+            ms = [s["under"][u].get(g, 0.0) for s in summaries]
             if any(ms):
-                lines.append(f"| `{u}` | {g} | " + " | ".join(
-                    f"{m / b:.2f}" if batches else f"{m:,.0f}" for m, b in zip(ms, batches or ms)) + " |")
+                cells = [f"{m / b:.2f}" for m, b in zip(ms, batches)] if batches else [f"{m:,.0f}" for m in ms]
+                lines.append(f"| `{u}` | {g} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -259,7 +261,7 @@ def report(summaries: List[dict], under: Sequence[str] = (), batches: Optional[L
               "| GC pauses s (not System.gc()) | " + " | ".join(f"{s['gc_pause_ms'] / 1000:.2f}" for s in summaries) + " |",
               "", "## Threads (share of sampled CPU)", "",
               "| thread group | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-    for g in ["task threads", "stream execution (driver) thread", "other threads"]:
+    for g in THREAD_GROUPS:
         lines.append(f"| {g} | " + " | ".join(pct(s["by_thread"].get(g, 0), s["cpu_ms"]) for s in summaries) + " |")
     lines.append("")
     if under:

@@ -64,11 +64,17 @@ def main(argv) -> int:
         plans[method] = q._jsq.streamingQuery().lastExecution().analyzed()
     if args.constraint_propagation:
         constraint_propagation(spark, plans, args.rounds, args.skip)
-        spark.stop()
-        shutil.rmtree(work, ignore_errors=True)
-        return 0
+    else:
+        native_against_keyed(spark, plans, args.rounds)
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def native_against_keyed(spark, plans, rounds: int) -> None:
+    """The optimizer's and planner's time per method, the methods taking turns, and the rules."""
     times = {m: [] for m in METHODS}
-    for r in range(args.rounds):
+    for r in range(rounds):
         for m in METHODS[r % 2:] + METHODS[:r % 2]:
             times[m].append(planning_times(spark, plans[m]))
         opt = {m: times[m][-1]["optimize_ms"] for m in METHODS}
@@ -79,9 +85,6 @@ def main(argv) -> int:
     for m in METHODS:
         print(f"{m}: optimizer median {statistics.median(t['optimize_ms'] for t in times[m]):.2f} ms, rules "
               + ", ".join(f"{name} {ms:.2f}" for name, ms in times[m][-1]["rules_ms"]))
-    spark.stop()
-    shutil.rmtree(work, ignore_errors=True)
-    return 0
 
 
 def constraint_propagation(spark, plans, rounds: int, skip: int) -> None:
